@@ -1,0 +1,5 @@
+"""Action workers, the traffic planner and the Redis-held cluster state."""
+
+
+class ActionsError(Exception):
+    """Root of every error raised by the actions layer."""

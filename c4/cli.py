@@ -1,0 +1,57 @@
+"""The ``c4`` command: one entry point, one subcommand per job."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from c4 import C4Error, doctor, schemas_cmd, stack, topics, validate
+from c4.settings import load_settings
+
+SUBCOMMANDS = (validate, schemas_cmd, stack, topics, doctor)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser: global connection options, then the subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="c4",
+        description="Find the faulty GPU, port, link or switch of a training job; act on it.",
+    )
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env C4_KAFKA_BOOTSTRAP)")
+    parser.add_argument("--redis-url", help="Redis URL (env C4_REDIS_URL)")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in SUBCOMMANDS:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; 0 success, 1 failure, 2 usage or configuration error."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(kafka_bootstrap=args.bootstrap, redis_url=args.redis_url)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        print(f"c4: error: setting {where}: {first['msg']}", file=sys.stderr)
+        return 2
+    try:
+        code: int = args.handler(args, settings)
+    except C4Error as error:
+        print(f"c4: error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"c4: error: {error.strerror or error}: {error.filename or ''}".rstrip(": "),
+              file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

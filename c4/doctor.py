@@ -1,0 +1,104 @@
+"""``c4 doctor``: check that the configured Kafka and Redis answer and round-trip data."""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+import redis
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from c4 import C4Error
+from schemas.topics import ALL_TOPICS
+
+if TYPE_CHECKING:
+    from c4.settings import Settings
+
+
+class DoctorError(C4Error):
+    """A component of the configured stack failed its check."""
+
+
+def check_kafka(settings: Settings, timeout_s: float = 20.0) -> list[str]:
+    """Broker answers, v1 topics listed, a message produced is consumed back."""
+    config = settings.kafka_client_config()
+    admin = AdminClient(config)
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as error:
+        message = f"kafka at {settings.kafka_bootstrap} does not answer: {error}"
+        raise DoctorError(message) from error
+    missing = [topic.name for topic in ALL_TOPICS if topic.name not in metadata.topics]
+    lines = [f"kafka {settings.kafka_bootstrap}: {len(metadata.brokers)} broker(s)"]
+    lines.append(
+        "kafka topics: all v1 topics present" if not missing
+        else f"kafka topics: missing {', '.join(missing)} (run: c4 topics create)"
+    )
+    scratch = f"_c4.doctor.{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(scratch, num_partitions=1, replication_factor=1)])[
+        scratch
+    ].result(timeout_s)
+    try:
+        started = time.monotonic()
+        token = uuid.uuid4().hex.encode()
+        producer = Producer({**config, "enable.idempotence": True})
+        producer.produce(scratch, key=b"doctor", value=token)
+        if producer.flush(timeout_s) != 0:
+            message = f"kafka: produce to {scratch} not delivered in {timeout_s} s"
+            raise DoctorError(message)
+        consumer = Consumer(
+            {**config, "group.id": scratch, "auto.offset.reset": "earliest"}
+        )
+        consumer.subscribe([scratch])
+        try:
+            received = None
+            while received is None and time.monotonic() - started < timeout_s:
+                record = consumer.poll(0.5)
+                if record is not None and record.error() is None:
+                    received = record.value()
+        finally:
+            consumer.close()
+        if received != token:
+            message = f"kafka: message produced to {scratch} was not consumed back"
+            raise DoctorError(message)
+        lines.append(f"kafka round trip: {1000 * (time.monotonic() - started):.0f} ms")
+    finally:
+        admin.delete_topics([scratch])[scratch].result(timeout_s)
+    return lines
+
+
+def check_redis(settings: Settings) -> list[str]:
+    """Redis answers PING and keeps a value written to it."""
+    password = settings.redis_password.get_secret_value() if settings.redis_password else None
+    client = redis.Redis.from_url(settings.redis_url, password=password, socket_timeout=5)
+    try:
+        started = time.monotonic()
+        client.ping()
+        key = f"c4:doctor:{uuid.uuid4().hex[:8]}"
+        client.set(key, b"ok", ex=60)
+        if client.get(key) != b"ok":
+            message = "redis: value written was not read back"
+            raise DoctorError(message)
+        client.delete(key)
+    except redis.RedisError as error:
+        message = f"redis at {settings.redis_url} failed: {error}"
+        raise DoctorError(message) from error
+    finally:
+        client.close()
+    return [f"redis {settings.redis_url}: round trip {1000 * (time.monotonic() - started):.0f} ms"]
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    del args
+    for line in check_kafka(settings) + check_redis(settings):
+        print(line)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``doctor`` subcommand."""
+    parser = subparsers.add_parser("doctor", help="check the configured Kafka and Redis")
+    parser.set_defaults(handler=_run)

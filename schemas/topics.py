@@ -1,0 +1,46 @@
+"""The topic registry of contract v1: name, kind, and how each message is keyed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class KeyRule(StrEnum):
+    """Which field of a message is its Kafka key (contract v1, table Topics)."""
+
+    JOB = "job"
+    NODE = "node"
+    JOB_OR_FABRIC = "job_or_fabric"
+    TARGET = "target"
+    REJECTED_KEY = "rejected_key"
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    """One v1 topic: its name, the kind of message on it and its key rule."""
+
+    name: str
+    kind: str
+    key: KeyRule
+    written_by: str
+
+
+COLLECTIVE = Topic("c4.collective.v1", "collective", KeyRule.JOB, "node agents")
+LINK = Topic("c4.link.v1", "link", KeyRule.NODE, "node agents")
+GPU = Topic("c4.gpu.v1", "gpu", KeyRule.NODE, "node agents")
+JOB = Topic("c4.job.v1", "job", KeyRule.JOB, "job launchers, restart action")
+DIAGNOSIS = Topic("c4.diagnosis.v1", "diagnosis", KeyRule.JOB_OR_FABRIC, "stream processors")
+ACTION = Topic("c4.action.v1", "action", KeyRule.TARGET, "action workers (audit trail)")
+ROUTE = Topic("c4.route.v1", "route", KeyRule.NODE, "reroute action")
+DEADLETTER = Topic(
+    "c4.deadletter.v1", "deadletter", KeyRule.REJECTED_KEY, "whoever rejected it"
+)
+
+ALL_TOPICS: tuple[Topic, ...] = (
+    COLLECTIVE, LINK, GPU, JOB, DIAGNOSIS, ACTION, ROUTE, DEADLETTER,
+)
+TOPICS_BY_NAME: dict[str, Topic] = {topic.name: topic for topic in ALL_TOPICS}
+TOPICS_BY_KIND: dict[str, Topic] = {topic.kind: topic for topic in ALL_TOPICS}
+
+FABRIC_KEY = "fabric"

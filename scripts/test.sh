@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test command: venv + install, the real local stack, then ruff, mypy --strict, pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+bash scripts/bootstrap.sh
+export PATH="$PWD/.venv/bin:$PATH"
+c4 stack up
+c4 topics create
+ruff check .
+mypy
+c4 schemas check
+pytest "$@"
+echo "test command finished in $(( $(date +%s) - started )) s"
