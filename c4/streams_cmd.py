@@ -1,0 +1,43 @@
+"""``c4 streams worker``: run the Faust app against the configured brokers."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from c4.settings import Settings
+
+
+def faust_broker_url(bootstrap: str) -> str:
+    """Faust's broker URL for a librdkafka-style bootstrap list (``h1:9092,h2:9092``)."""
+    hosts = [host.strip() for host in bootstrap.split(",") if host.strip()]
+    return "kafka://" + ";".join(hosts)
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    # Imported here: Faust is heavy and only this subcommand needs it.
+    import faust
+
+    from streams.app import create_app
+
+    app = create_app(
+        args.app_id,
+        faust_broker_url(settings.kafka_bootstrap),
+        partitions=settings.topic_partitions,
+        web_port=args.web_port,
+    )
+    worker = faust.Worker(app, loglevel=args.loglevel)
+    worker.execute_from_commandline()
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``streams worker`` subcommand."""
+    parser = subparsers.add_parser("streams", help="the stream processors (Faust app)")
+    actions = parser.add_subparsers(dest="streams_command", required=True, metavar="ACTION")
+    worker = actions.add_parser("worker", help="run a Faust worker")
+    worker.add_argument("--app-id", default="c4-streams", help="Faust app id = consumer group")
+    worker.add_argument("--web-port", type=int, default=6066, help="Faust web port (127.0.0.1)")
+    worker.add_argument("--loglevel", default="info", choices=("debug", "info", "warning"))
+    worker.set_defaults(handler=_run)

@@ -1,0 +1,81 @@
+"""The Faust app: agents that decode the v1 input topics and hand models to handlers.
+
+Agents only decode and delegate; what a handler does with a model (the detection core,
+later) never sees Kafka. Rejected records go to ``c4.deadletter.v1``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import faust
+
+from schemas.base import C4Model
+from schemas.topics import COLLECTIVE, DEADLETTER, GPU, JOB, LINK, Topic
+from streams.intake import decoded
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[str | None, C4Model], Awaitable[None]]
+INPUT_TOPICS: tuple[Topic, ...] = (COLLECTIVE, LINK, GPU, JOB)
+
+
+async def log_only(key: str | None, message: C4Model) -> None:
+    """The handler used where none is given: count the message in the debug log."""
+    log.debug("decoded %s keyed %s", type(message).__name__, key)
+
+
+def create_app(
+    app_id: str,
+    broker: str,
+    *,
+    partitions: int = 8,
+    topic_names: Mapping[str, str] | None = None,
+    handlers: Mapping[str, Handler] | None = None,
+    web_port: int | None = None,
+    broker_config: Mapping[str, Any] | None = None,
+) -> faust.App:
+    """A Faust app with one decoding agent per input kind.
+
+    ``topic_names`` renames topics by kind (tests use unique names); ``handlers`` says what
+    to do with each decoded kind; ``web_port`` None disables Faust's web server.
+    """
+    names = {topic.kind: topic.name for topic in (*INPUT_TOPICS, DEADLETTER)}
+    names.update(topic_names or {})
+    app = faust.App(
+        app_id,
+        broker=broker,
+        store="memory://",
+        topic_partitions=partitions,
+        topic_replication_factor=1,
+        consumer_auto_offset_reset="earliest",
+        web_enabled=web_port is not None,
+        web_port=web_port or 6066,
+        web_bind="127.0.0.1",
+        **dict(broker_config or {}),
+    )
+    deadletters = app.topic(
+        names["deadletter"], key_serializer="raw", value_serializer="raw", partitions=partitions
+    )
+    for topic in INPUT_TOPICS:
+        handler = (handlers or {}).get(topic.kind, log_only)
+        source = app.topic(
+            names[topic.kind], key_serializer="raw", value_serializer="raw", partitions=partitions
+        )
+        app.agent(source, name=f"{app_id}.{topic.kind}")(
+            _decoding_agent(names[topic.kind], topic.kind, handler, deadletters)
+        )
+    return app
+
+
+def _decoding_agent(
+    topic_name: str, kind: str, handler: Handler, deadletters: Any
+) -> Callable[[Any], Awaitable[None]]:
+    async def agent(stream: Any) -> None:
+        async for key, message in decoded(stream, topic_name, kind, deadletters):
+            await handler(key, message)
+
+    agent.__name__ = f"decode_{kind}"
+    return agent

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from tests.contract import contract_examples
+from tests.invalid_cases import invalid_cases
+
+
+def run_c4(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "c4.cli", *args], input=stdin, capture_output=True, timeout=60
+    )
+
+
+def test_all_valid_exits_zero(tmp_path: Path) -> None:
+    lines = b"\n".join(orjson.dumps(example) for example in contract_examples().values())
+    path = tmp_path / "ok.jsonl"
+    path.write_bytes(lines + b"\n\n")
+    result = run_c4("validate", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b""
+    assert b"11 valid, 0 rejected" in result.stderr
+
+
+def test_rejected_lines_are_numbered_and_exit_one() -> None:
+    good = orjson.dumps(contract_examples()["collective"])
+    bad = [case for case in invalid_cases() if b"\n" not in case.data and case.data][:5]
+    stdin = b"\n".join([good, *(case.data for case in bad), good]) + b"\n"
+    result = run_c4("validate", "-", stdin=stdin)
+    assert result.returncode == 1
+    out = result.stdout.decode().splitlines()
+    assert len(out) == len(bad)
+    for number, (line, case) in enumerate(zip(out, bad, strict=True), start=2):
+        assert line.startswith(f"line {number}: ")
+        assert case.reason in line
+
+
+def test_kind_option_rejects_other_kinds() -> None:
+    stdin = orjson.dumps(contract_examples()["link"]) + b"\n"
+    result = run_c4("validate", "--kind", "collective", stdin=stdin)
+    assert result.returncode == 1
+    assert result.stdout == b"line 1: kind: expected 'collective', got 'link'\n"
+
+
+def test_usage_errors_exit_two(tmp_path: Path) -> None:
+    assert run_c4("validate", "--kind", "nonsense").returncode == 2
+    missing = run_c4("validate", str(tmp_path / "absent.jsonl"))
+    assert missing.returncode == 2
+    assert missing.stderr.count(b"\n") == 1
+    assert b"No such file" in missing.stderr
