@@ -39,5 +39,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker = actions.add_parser("worker", help="run a Faust worker")
     worker.add_argument("--app-id", default="c4-streams", help="Faust app id = consumer group")
     worker.add_argument("--web-port", type=int, default=6066, help="Faust web port (127.0.0.1)")
-    worker.add_argument("--loglevel", default="info", choices=("debug", "info", "warning"))
+    worker.add_argument("--loglevel", default="info", choices=("debug", "info", "warn", "error"))
     worker.set_defaults(handler=_run)
