@@ -45,8 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"c4: error: {error}", file=sys.stderr)
         return 1
     except OSError as error:
-        print(f"c4: error: {error.strerror or error}: {error.filename or ''}".rstrip(": "),
-              file=sys.stderr)
+        print(
+            f"c4: error: {error.strerror or error}: {error.filename or ''}".rstrip(": "),
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         return 130

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import redis
 from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from c4 import C4Error
 from schemas.topics import ALL_TOPICS
@@ -34,7 +35,8 @@ def check_kafka(settings: Settings, timeout_s: float = 20.0) -> list[str]:
     missing = [topic.name for topic in ALL_TOPICS if topic.name not in metadata.topics]
     lines = [f"kafka {settings.kafka_bootstrap}: {len(metadata.brokers)} broker(s)"]
     lines.append(
-        "kafka topics: all v1 topics present" if not missing
+        "kafka topics: all v1 topics present"
+        if not missing
         else f"kafka topics: missing {', '.join(missing)} (run: c4 topics create)"
     )
     scratch = f"_c4.doctor.{uuid.uuid4().hex[:8]}"
@@ -49,9 +51,7 @@ def check_kafka(settings: Settings, timeout_s: float = 20.0) -> list[str]:
         if producer.flush(timeout_s) != 0:
             message = f"kafka: produce to {scratch} not delivered in {timeout_s} s"
             raise DoctorError(message)
-        consumer = Consumer(
-            {**config, "group.id": scratch, "auto.offset.reset": "earliest"}
-        )
+        consumer = Consumer({**config, "group.id": scratch, "auto.offset.reset": "earliest"})
         consumer.subscribe([scratch])
         try:
             received = None

@@ -26,6 +26,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         faust_broker_url(settings.kafka_bootstrap),
         partitions=settings.topic_partitions,
         web_port=args.web_port,
+        web_bind=args.web_bind,
     )
     worker = faust.Worker(app, loglevel=args.loglevel)
     worker.execute_from_commandline()
@@ -39,5 +40,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker = actions.add_parser("worker", help="run a Faust worker")
     worker.add_argument("--app-id", default="c4-streams", help="Faust app id = consumer group")
     worker.add_argument("--web-port", type=int, default=6066, help="Faust web port (127.0.0.1)")
+    worker.add_argument(
+        "--web-bind", default="127.0.0.1", help="address of the web server (0.0.0.0 in a container)"
+    )
     worker.add_argument("--loglevel", default="info", choices=("debug", "info", "warn", "error"))
     worker.set_defaults(handler=_run)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, NoReturn
 
 from pydantic import (
     BaseModel,
@@ -28,9 +28,13 @@ Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, strict=True)]
 Text = Annotated[str, Field(strict=True)]
 
 
-def rule_error(path: str, detail: str) -> PydanticCustomError:
-    """A cross-field rule violation, located below the model that checks it."""
-    return PydanticCustomError("c4_rule", "{path}: {detail}", {"path": path, "detail": detail})
+RULE_ERROR_TYPE = "c4_rule"
+_RULE_TEMPLATE = "{path}: {detail}"
+
+
+def broken_rule(path: str, detail: str) -> NoReturn:
+    """Raise a cross-field rule violation, located (``path``) below the model checking it."""
+    raise PydanticCustomError(RULE_ERROR_TYPE, _RULE_TEMPLATE, {"path": path, "detail": detail})
 
 
 class C4Model(BaseModel):

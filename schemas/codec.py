@@ -10,7 +10,7 @@ import orjson
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from schemas.base import C4Model
+from schemas.base import RULE_ERROR_TYPE, C4Model
 from schemas.files import Flows, Plan, Topology
 from schemas.messages import (
     Action,
@@ -136,7 +136,7 @@ def _rejection_from(error: ValidationError) -> Rejection:
 def _rejection_from_detail(detail: ErrorDetails) -> Rejection:
     path = _path(detail["loc"])
     kind = detail["type"]
-    if kind == "c4_rule":
+    if kind == RULE_ERROR_TYPE:
         context = detail.get("ctx") or {}
         below = str(context.get("path", ""))
         full = f"{path}.{below}" if path and below else path or below
@@ -205,10 +205,14 @@ def key_of(message: C4Model) -> str:
     return str(getattr(message, field))
 
 
-def dead_letter(topic: str, payload: bytes | str, rejection: Rejection, ts_ns: int) -> Deadletter:
+def dead_letter(
+    topic: str, payload: bytes | bytearray | str, rejection: Rejection, ts_ns: int
+) -> Deadletter:
     """The dead letter for a rejected input: its topic, reason and original bytes as text."""
-    text = payload if isinstance(payload, str) else bytes(payload).decode(
-        "utf-8", errors="backslashreplace"
+    text = (
+        payload
+        if isinstance(payload, str)
+        else bytes(payload).decode("utf-8", errors="backslashreplace")
     )
     return Deadletter(
         v=1, kind="deadletter", topic=topic, ts_ns=ts_ns, error=rejection.reason, payload=text

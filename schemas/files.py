@@ -6,7 +6,7 @@ from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from schemas.base import MAX_ITEMS, C4Model, Id, NonNegFloat, NonNegInt, PositiveFloat, rule_error
+from schemas.base import MAX_ITEMS, C4Model, Id, NonNegFloat, NonNegInt, PositiveFloat, broken_rule
 
 
 class TopologyPort(C4Model):
@@ -65,32 +65,32 @@ class Topology(C4Model):
         tiers: dict[str, int] = {}
         for index, switch in enumerate(self.switches):
             if switch.id in tiers:
-                raise rule_error(f"switches[{index}].id", f"{switch.id!r} listed twice")
+                broken_rule(f"switches[{index}].id", f"{switch.id!r} listed twice")
             tiers[switch.id] = switch.tier
         node_ids: set[str] = set()
         for index, node in enumerate(self.nodes):
             if node.id in node_ids:
-                raise rule_error(f"nodes[{index}].id", f"{node.id!r} listed twice")
+                broken_rule(f"nodes[{index}].id", f"{node.id!r} listed twice")
             node_ids.add(node.id)
             port_ids: set[str] = set()
             for port_index, port in enumerate(node.ports):
                 where = f"nodes[{index}].ports[{port_index}]"
                 if port.id in port_ids:
-                    raise rule_error(f"{where}.id", f"{port.id!r} listed twice in {node.id}")
+                    broken_rule(f"{where}.id", f"{port.id!r} listed twice in {node.id}")
                 port_ids.add(port.id)
                 if tiers.get(port.leaf, 1) != 1:
-                    raise rule_error(f"{where}.leaf", f"{port.leaf!r} is a spine, not a leaf")
+                    broken_rule(f"{where}.leaf", f"{port.leaf!r} is a spine, not a leaf")
         link_ids: set[str] = set()
         for index, link in enumerate(self.links):
             if link.id in link_ids:
-                raise rule_error(f"links[{index}].id", f"{link.id!r} listed twice")
+                broken_rule(f"links[{index}].id", f"{link.id!r} listed twice")
             link_ids.add(link.id)
             for end in ("a", "b"):
                 name = getattr(link, end)
                 if name not in tiers:
-                    raise rule_error(f"links[{index}].{end}", f"unknown switch {name!r}")
+                    broken_rule(f"links[{index}].{end}", f"unknown switch {name!r}")
             if link.a == link.b:
-                raise rule_error(f"links[{index}].b", f"link joins {link.a!r} to itself")
+                broken_rule(f"links[{index}].b", f"link joins {link.a!r} to itself")
         return self
 
 
@@ -120,10 +120,10 @@ class Flows(C4Model):
         seen: set[str] = set()
         for index, flow in enumerate(self.flows):
             if flow.id in seen:
-                raise rule_error(f"flows[{index}].id", f"{flow.id!r} listed twice")
+                broken_rule(f"flows[{index}].id", f"{flow.id!r} listed twice")
             seen.add(flow.id)
             if flow.src == flow.dst:
-                raise rule_error(f"flows[{index}].dst", f"same port as src {flow.src!r}")
+                broken_rule(f"flows[{index}].dst", f"same port as src {flow.src!r}")
         return self
 
 

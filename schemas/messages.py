@@ -16,17 +16,30 @@ from schemas.base import (
     PositiveInt,
     Score,
     Text,
-    rule_error,
+    broken_rule,
 )
 
 OpName = Literal[
-    "allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall",
-    "send", "recv", "barrier",
+    "allreduce",
+    "allgather",
+    "reducescatter",
+    "broadcast",
+    "reduce",
+    "alltoall",
+    "send",
+    "recv",
+    "barrier",
 ]
 P2P_OPS: frozenset[str] = frozenset({"send", "recv"})
 DiagnosisClass = Literal[
-    "comm_hang", "noncomm_hang", "comm_slow", "noncomm_slow",
-    "link_down", "link_degraded", "gpu_fault", "node_down",
+    "comm_hang",
+    "noncomm_hang",
+    "comm_slow",
+    "noncomm_slow",
+    "link_down",
+    "link_degraded",
+    "gpu_fault",
+    "node_down",
 ]
 SuspectType = Literal["rank", "node", "gpu", "port", "link", "switch"]
 ActionName = Literal["isolate", "restart", "reroute", "alert", "release"]
@@ -75,10 +88,10 @@ class Ops(C4Model):
         )
         if mismatch is not None:
             path, _, detail = mismatch.partition(": ")
-            raise rule_error(path, detail)
+            broken_rule(path, detail)
         for index, (enter, end) in enumerate(zip(self.enter_ns, self.end_ns, strict=True)):
             if end is not None and end < enter:
-                raise rule_error(f"end_ns[{index}]", f"{end} < enter_ns {enter}")
+                broken_rule(f"end_ns[{index}]", f"{end} < enter_ns {enter}")
         return self
 
     def __len__(self) -> int:
@@ -109,7 +122,7 @@ class Conns(C4Model):
         )
         if mismatch is not None:
             path, _, detail = mismatch.partition(": ")
-            raise rule_error(path, detail)
+            broken_rule(path, detail)
         return self
 
 
@@ -142,19 +155,17 @@ class Collective(C4Model):
     @model_validator(mode="after")
     def _check_ranks(self) -> Self:
         if self.rank >= self.comm_size:
-            raise rule_error("rank", f"{self.rank} >= comm_size {self.comm_size}")
+            broken_rule("rank", f"{self.rank} >= comm_size {self.comm_size}")
         if self.conns is not None:
             for index, peer in enumerate(self.conns.peer):
                 if peer >= self.comm_size:
-                    raise rule_error(
-                        f"conns.peer[{index}]", f"{peer} >= comm_size {self.comm_size}"
-                    )
+                    broken_rule(f"conns.peer[{index}]", f"{peer} >= comm_size {self.comm_size}")
                 if peer == self.rank:
-                    raise rule_error(f"conns.peer[{index}]", f"{peer} is the rank itself")
+                    broken_rule(f"conns.peer[{index}]", f"{peer} is the rank itself")
         if self.comm_size != 2:
             for index, name in enumerate(self.ops.op):
                 if name in P2P_OPS:
-                    raise rule_error(
+                    broken_rule(
                         f"ops.op[{index}]",
                         f"{name} needs a two-member communicator, comm_size is {self.comm_size}",
                     )
@@ -243,13 +254,13 @@ class Job(C4Model):
         placed: set[int] = set()
         for index, place in enumerate(self.ranks):
             if place.rank in placed:
-                raise rule_error(f"ranks[{index}].rank", f"rank {place.rank} listed twice")
+                broken_rule(f"ranks[{index}].rank", f"rank {place.rank} listed twice")
             placed.add(place.rank)
         for comm, members in self.comms.items():
             seen: set[int] = set()
             for index, member in enumerate(members):
                 if member in seen:
-                    raise rule_error(f"comms.{comm}[{index}]", f"rank {member} listed twice")
+                    broken_rule(f"comms.{comm}[{index}]", f"rank {member} listed twice")
                 seen.add(member)
         return self
 
@@ -283,7 +294,7 @@ class Diagnosis(C4Model):
     @model_validator(mode="after")
     def _check_times(self) -> Self:
         if self.ts_ns < self.onset_ns:
-            raise rule_error("ts_ns", f"{self.ts_ns} < onset_ns {self.onset_ns}")
+            broken_rule("ts_ns", f"{self.ts_ns} < onset_ns {self.onset_ns}")
         return self
 
 
@@ -309,7 +320,7 @@ class Action(C4Model):
         if self.status != "done":
             reason = self.detail.get("reason")
             if not isinstance(reason, str) or not reason:
-                raise rule_error("detail.reason", f"required when status is {self.status}")
+                broken_rule("detail.reason", f"required when status is {self.status}")
         return self
 
 

@@ -33,12 +33,17 @@ JOB = Topic("c4.job.v1", "job", KeyRule.JOB, "job launchers, restart action")
 DIAGNOSIS = Topic("c4.diagnosis.v1", "diagnosis", KeyRule.JOB_OR_FABRIC, "stream processors")
 ACTION = Topic("c4.action.v1", "action", KeyRule.TARGET, "action workers (audit trail)")
 ROUTE = Topic("c4.route.v1", "route", KeyRule.NODE, "reroute action")
-DEADLETTER = Topic(
-    "c4.deadletter.v1", "deadletter", KeyRule.REJECTED_KEY, "whoever rejected it"
-)
+DEADLETTER = Topic("c4.deadletter.v1", "deadletter", KeyRule.REJECTED_KEY, "whoever rejected it")
 
 ALL_TOPICS: tuple[Topic, ...] = (
-    COLLECTIVE, LINK, GPU, JOB, DIAGNOSIS, ACTION, ROUTE, DEADLETTER,
+    COLLECTIVE,
+    LINK,
+    GPU,
+    JOB,
+    DIAGNOSIS,
+    ACTION,
+    ROUTE,
+    DEADLETTER,
 )
 TOPICS_BY_NAME: dict[str, Topic] = {topic.name: topic for topic in ALL_TOPICS}
 TOPICS_BY_KIND: dict[str, Topic] = {topic.kind: topic for topic in ALL_TOPICS}

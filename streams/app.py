@@ -35,6 +35,7 @@ def create_app(
     topic_names: Mapping[str, str] | None = None,
     handlers: Mapping[str, Handler] | None = None,
     web_port: int | None = None,
+    web_bind: str = "127.0.0.1",
     broker_config: Mapping[str, Any] | None = None,
 ) -> faust.App:
     """A Faust app with one decoding agent per input kind.
@@ -53,7 +54,7 @@ def create_app(
         consumer_auto_offset_reset="earliest",
         web_enabled=web_port is not None,
         web_port=web_port or 6066,
-        web_bind="127.0.0.1",
+        web_bind=web_bind,
         **dict(broker_config or {}),
     )
     deadletters = app.topic(

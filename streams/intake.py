@@ -11,8 +11,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from schemas.codec import Rejection, dead_letter, decode, encode
 from schemas.base import C4Model
+from schemas.codec import Rejection, dead_letter, decode, encode
 
 log = logging.getLogger(__name__)
 

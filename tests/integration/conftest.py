@@ -11,8 +11,6 @@ import redis
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:

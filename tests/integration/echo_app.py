@@ -14,9 +14,7 @@ from schemas.codec import encode
 from streams.app import create_app
 
 PREFIX = os.environ["C4_TEST_TOPIC_PREFIX"]
-NAMES = {
-    kind: f"{PREFIX}.{kind}" for kind in ("collective", "link", "gpu", "job", "deadletter")
-}
+NAMES = {kind: f"{PREFIX}.{kind}" for kind in ("collective", "link", "gpu", "job", "deadletter")}
 
 
 async def echo_decoded(key: str | None, message: C4Model) -> None:

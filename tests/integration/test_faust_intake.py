@@ -32,23 +32,46 @@ def test_faust_agent_decodes_and_dead_letters(
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     names = [f"{prefix}.{kind}" for kind in ("collective", "link", "gpu", "job", "deadletter")]
     futures = admin.create_topics(
-        [NewTopic(name, num_partitions=4, replication_factor=1) for name in [*names, f"{prefix}.echo"]]
+        [
+            NewTopic(name, num_partitions=4, replication_factor=1)
+            for name in [*names, f"{prefix}.echo"]
+        ]
     )
     for future in futures.values():
         future.result(30)
 
-    env = dict(os.environ, C4_TEST_TOPIC_PREFIX=prefix, C4_TEST_APP_ID=f"test-{unique}",
-               C4_KAFKA_BOOTSTRAP=kafka_bootstrap, PYTHONPATH=str(REPO))
+    env = dict(
+        os.environ,
+        C4_TEST_TOPIC_PREFIX=prefix,
+        C4_TEST_APP_ID=f"test-{unique}",
+        C4_KAFKA_BOOTSTRAP=kafka_bootstrap,
+        PYTHONPATH=str(REPO),
+    )
     log_path = tmp_path / "worker.log"
     log_file = log_path.open("wb")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.echo_app", "worker", "-l", "warn",
-         "--without-web"],
-        cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.echo_app",
+            "worker",
+            "-l",
+            "warn",
+            "--without-web",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
     )
     try:
-        producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True,
-                             "partitioner": "murmur2_random"})
+        producer = Producer(
+            {
+                "bootstrap.servers": kafka_bootstrap,
+                "enable.idempotence": True,
+                "partitioner": "murmur2_random",
+            }
+        )
         sent_partitions: dict[bytes, int] = {}
 
         def delivered(error: object, record: object) -> None:
@@ -57,16 +80,24 @@ def test_faust_agent_decodes_and_dead_letters(
 
         jobs = [f"job-{i}" for i in range(6)]
         bad = orjson.dumps(dict(contract_examples()["collective"], rank=20))
-        producer.produce(names[0], key=b"job-0", value=collective("job-0", 1), on_delivery=delivered)
+        producer.produce(
+            names[0], key=b"job-0", value=collective("job-0", 1), on_delivery=delivered
+        )
         producer.produce(names[0], key=b"job-bad", value=bad, on_delivery=delivered)
         producer.produce(names[0], key=b"job-bad2", value=b"{not json", on_delivery=delivered)
         for job in jobs[1:]:
-            producer.produce(names[0], key=job.encode(), value=collective(job, 7),
-                             on_delivery=delivered)
+            producer.produce(
+                names[0], key=job.encode(), value=collective(job, 7), on_delivery=delivered
+            )
         assert producer.flush(30) == 0
 
-        consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"check-{unique}",
-                             "auto.offset.reset": "earliest"})
+        consumer = Consumer(
+            {
+                "bootstrap.servers": kafka_bootstrap,
+                "group.id": f"check-{unique}",
+                "auto.offset.reset": "earliest",
+            }
+        )
         consumer.subscribe([f"{prefix}.echo", f"{prefix}.deadletter"])
         echoed: dict[str, tuple[Collective, int]] = {}
         letters: list[tuple[bytes, Deadletter]] = []

@@ -28,12 +28,16 @@ def collectives(draw: st.DrawFn) -> dict[str, Any]:
     rank = draw(st.integers(min_value=0, max_value=comm_size - 1))
     n = draw(st.integers(min_value=0, max_value=20))
     enters = draw(st.lists(st.integers(0, 2**62), min_size=n, max_size=n))
-    ends = [
-        draw(st.one_of(st.none(), st.integers(enter, 2**62))) for enter in enters
-    ]
+    ends = [draw(st.one_of(st.none(), st.integers(enter, 2**62))) for enter in enters]
     message: dict[str, Any] = {
-        "v": 1, "kind": "collective", "job": draw(ids), "comm": draw(ids),
-        "comm_size": comm_size, "rank": rank, "global_rank": draw(counts), "ts_ns": draw(nanos),
+        "v": 1,
+        "kind": "collective",
+        "job": draw(ids),
+        "comm": draw(ids),
+        "comm_size": comm_size,
+        "rank": rank,
+        "global_rank": draw(counts),
+        "ts_ns": draw(nanos),
         "ops": {
             "seq": draw(st.lists(counts, min_size=n, max_size=n)),
             "op": draw(st.lists(op_names, min_size=n, max_size=n)),
@@ -47,8 +51,11 @@ def collectives(draw: st.DrawFn) -> dict[str, Any]:
         message["gpu"] = draw(st.integers(0, 15))
     if draw(st.booleans()):
         m = draw(st.integers(0, 8))
-        peers = [p for p in draw(st.lists(st.integers(0, comm_size - 1), min_size=m, max_size=m))
-                 if p != rank]
+        peers = [
+            p
+            for p in draw(st.lists(st.integers(0, comm_size - 1), min_size=m, max_size=m))
+            if p != rank
+        ]
         message["conns"] = {
             "peer": peers,
             "port": [draw(ids) for _ in peers],
@@ -62,13 +69,20 @@ def collectives(draw: st.DrawFn) -> dict[str, Any]:
 def diagnoses(draw: st.DrawFn) -> dict[str, Any]:
     onset = draw(st.integers(0, 2**62))
     return {
-        "v": 1, "kind": "diagnosis", "id": draw(ids), "job": draw(st.one_of(st.none(), ids)),
+        "v": 1,
+        "kind": "diagnosis",
+        "id": draw(ids),
+        "job": draw(st.one_of(st.none(), ids)),
         "state": draw(st.sampled_from(["firing", "resolved"])),
         "class": draw(st.sampled_from(["comm_hang", "noncomm_slow", "link_down", "node_down"])),
-        "onset_ns": onset, "ts_ns": draw(st.integers(onset, 2**63 - 1)),
+        "onset_ns": onset,
+        "ts_ns": draw(st.integers(onset, 2**63 - 1)),
         "suspects": [
-            {"type": draw(st.sampled_from(["gpu", "node", "port", "link", "switch", "rank"])),
-             "id": draw(ids), "score": draw(st.floats(0, 1))}
+            {
+                "type": draw(st.sampled_from(["gpu", "node", "port", "link", "switch", "rank"])),
+                "id": draw(ids),
+                "score": draw(st.floats(0, 1)),
+            }
             for _ in range(draw(st.integers(0, 4)))
         ],
         "evidence": draw(st.dictionaries(ids, st.one_of(st.integers(-10, 10), ids), max_size=4)),
@@ -79,7 +93,11 @@ def diagnoses(draw: st.DrawFn) -> dict[str, Any]:
 def links(draw: st.DrawFn) -> dict[str, Any]:
     names = ["tx_bytes", "rx_bytes", "symbol_err", "link_down", "cnp_sent", "timeout_retrans"]
     return {
-        "v": 1, "kind": "link", "node": draw(ids), "port": draw(ids), "ts_ns": draw(nanos),
+        "v": 1,
+        "kind": "link",
+        "node": draw(ids),
+        "port": draw(ids),
+        "ts_ns": draw(nanos),
         "state": draw(st.sampled_from(["up", "down"])),
         "gbps": draw(st.floats(0, 800, allow_nan=False)),
         "counters": {name: draw(counts) for name in names if draw(st.booleans())},
@@ -110,8 +128,11 @@ def test_diagnosis_and_link_round_trip(obj: dict[str, Any]) -> None:
 
 json_values = st.recursive(
     st.one_of(
-        st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1),
-        st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20),
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**63 - 1),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=20),
     ),
     lambda inner: st.one_of(
         st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=8), inner, max_size=5)
