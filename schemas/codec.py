@@ -56,6 +56,7 @@ class RejectCode(StrEnum):
     WRONG_TYPE = "wrong_type"
     BAD_VALUE = "bad_value"
     INCONSISTENT = "inconsistent"
+    PROCESSING_FAILED = "processing_failed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,9 @@ from typing import Any
 import faust
 
 from schemas.base import C4Model
+from schemas.codec import RejectCode, Rejection
 from schemas.topics import COLLECTIVE, DEADLETTER, GPU, JOB, LINK, Topic
-from streams.intake import decoded
+from streams.intake import decoded, send_dead_letter
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,15 @@ def _decoding_agent(
     topic_name: str, kind: str, handler: Handler, deadletters: Any
 ) -> Callable[[Any], Awaitable[None]]:
     async def agent(stream: Any) -> None:
-        async for key, message in decoded(stream, topic_name, kind, deadletters):
-            await handler(key, message)
+        async for key, message, raw in decoded(stream, topic_name, kind, deadletters):
+            try:
+                await handler(key, message)
+            except Exception as error:  # noqa: BLE001 - one bad record must not stop the agent
+                log.exception("handler for %s failed on a record keyed %s", kind, key)
+                failure = Rejection(
+                    RejectCode.PROCESSING_FAILED, "", f"{type(error).__name__}: {error}"
+                )
+                await send_dead_letter(deadletters, topic_name, key, raw, failure)
 
     agent.__name__ = f"decode_{kind}"
     return agent

@@ -26,18 +26,25 @@ def key_text(key: Any) -> str | None:
     return str(key)
 
 
+async def send_dead_letter(
+    deadletters: Any, topic_name: str, key: str | None, raw: bytes, rejection: Rejection
+) -> None:
+    """Publish the dead letter of one record, keyed by the record's own key."""
+    letter = dead_letter(topic_name, raw, rejection, time.time_ns())
+    await deadletters.send(key=(key or "").encode(), value=encode(letter))
+
+
 async def decoded(
     stream: Any, topic_name: str, kind: str, deadletters: Any
-) -> AsyncIterator[tuple[str | None, C4Model]]:
-    """Yield ``(key, model)`` for every valid record of ``stream``; dead-letter the rest."""
+) -> AsyncIterator[tuple[str | None, C4Model, bytes]]:
+    """Yield ``(key, model, raw)`` for every valid record of ``stream``; dead-letter the rest."""
     async for event in stream.events():
         value = event.value
-        raw = value if isinstance(value, bytes | bytearray) else str(value).encode()
+        raw = bytes(value) if isinstance(value, bytes | bytearray) else str(value).encode()
         result = decode(raw, kind)
         key = key_text(event.key)
         if isinstance(result, Rejection):
-            letter = dead_letter(topic_name, raw, result, time.time_ns())
             log.warning("rejected record on %s: %s", topic_name, result.reason)
-            await deadletters.send(key=(key or "").encode(), value=encode(letter))
+            await send_dead_letter(deadletters, topic_name, key, raw, result)
             continue
-        yield key, result
+        yield key, result, raw

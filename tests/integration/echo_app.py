@@ -22,12 +22,20 @@ async def echo_decoded(key: str | None, message: C4Model) -> None:
     await echo.send(key=(key or "").encode(), value=encode(message))
 
 
+async def echo_or_fail(key: str | None, message: C4Model) -> None:
+    """Like echo_decoded, but fails on one job id: a failing handler must not stop the agent."""
+    if getattr(message, "job", None) == "job-explode":
+        error = "handler failure injected by the test"
+        raise RuntimeError(error)
+    await echo_decoded(key, message)
+
+
 app = create_app(
     os.environ["C4_TEST_APP_ID"],
     faust_broker_url(os.environ.get("C4_KAFKA_BOOTSTRAP", "127.0.0.1:9092")),
     partitions=4,
     topic_names=NAMES,
-    handlers={"collective": echo_decoded},
+    handlers={"collective": echo_decoded, "job": echo_or_fail},
 )
 echo = app.topic(f"{PREFIX}.echo", key_serializer="raw", value_serializer="raw", partitions=4)
 

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from schemas.codec import Rejection, decode
-from schemas.messages import Collective, Deadletter
+from schemas.messages import Collective, Deadletter, Job
 from tests.contract import contract_examples
 
 pytestmark = pytest.mark.integration
@@ -89,6 +89,11 @@ def test_faust_agent_decodes_and_dead_letters(
             producer.produce(
                 names[0], key=job.encode(), value=collective(job, 7), on_delivery=delivered
             )
+        job_message = dict(contract_examples()["job"], comms={})
+        producer.produce(
+            names[3], key=b"job-explode", value=orjson.dumps(dict(job_message, job="job-explode"))
+        )
+        producer.produce(names[3], key=b"job-7", value=orjson.dumps(dict(job_message, job="job-7")))
         assert producer.flush(30) == 0
 
         consumer = Consumer(
@@ -100,9 +105,12 @@ def test_faust_agent_decodes_and_dead_letters(
         )
         consumer.subscribe([f"{prefix}.echo", f"{prefix}.deadletter"])
         echoed: dict[str, tuple[Collective, int]] = {}
+        jobs_echoed: list[str] = []
         letters: list[tuple[bytes, Deadletter]] = []
         deadline = time.monotonic() + 90
-        while (len(echoed) < len(jobs) or len(letters) < 2) and time.monotonic() < deadline:
+        while (
+            len(echoed) < len(jobs) or len(letters) < 3 or not jobs_echoed
+        ) and time.monotonic() < deadline:
             record = consumer.poll(0.5)
             if record is None or record.error() is not None:
                 assert worker.poll() is None, log_path.read_text(errors="replace")[-3000:]
@@ -111,6 +119,8 @@ def test_faust_agent_decodes_and_dead_letters(
             assert not isinstance(result, Rejection), result.reason
             if isinstance(result, Collective):
                 echoed[result.job] = (result, record.partition())
+            elif isinstance(result, Job):
+                jobs_echoed.append(result.job)
             else:
                 assert isinstance(result, Deadletter)
                 letters.append((record.key(), result))
@@ -132,3 +142,7 @@ def test_faust_agent_decodes_and_dead_letters(
     assert orjson.loads(by_key[b"job-bad"].payload)["rank"] == 20
     assert by_key[b"job-bad2"].error.startswith("invalid JSON")
     assert by_key[b"job-bad2"].payload == "{not json"
+    # A handler that raises dead-letters its record; the agent goes on with the next one.
+    assert by_key[b"job-explode"].error == "RuntimeError: handler failure injected by the test"
+    assert by_key[b"job-explode"].topic == names[3]
+    assert jobs_echoed == ["job-7"]
