@@ -1,0 +1,152 @@
+"""``c4 topics``: create the v1 topics (idempotent) and list what the broker has."""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from c4 import C4Error
+from schemas.topics import ALL_TOPICS, TOPICS_BY_NAME, Topic
+
+if TYPE_CHECKING:
+    from c4.settings import Settings
+
+ADMIN_TIMEOUT_S = 30.0
+
+
+class TopicError(C4Error):
+    """A topic could not be created or the broker could not be listed."""
+
+
+def _unreachable(settings: Settings, error: object) -> TopicError:
+    message = (
+        f"kafka at {settings.kafka_bootstrap} did not answer ({error}):"
+        " run c4 stack up or check --bootstrap"
+    )
+    return TopicError(message)
+
+
+def create_topics(
+    settings: Settings,
+    partitions: int | None = None,
+    retention_ms: int | None = None,
+    topics: Iterable[Topic] = ALL_TOPICS,
+    timeout_s: float = ADMIN_TIMEOUT_S,
+) -> list[tuple[str, str]]:
+    """Create ``topics`` (replication 1); each comes back as (name, "created" | "exists").
+
+    A topic that already exists is left as it is, whatever its partitions or retention.
+    """
+    count = settings.topic_partitions if partitions is None else partitions
+    retention = settings.topic_retention_ms if retention_ms is None else retention_ms
+    if count < 1:
+        message = f"partitions must be at least 1 (got {count})"
+        raise TopicError(message)
+    if retention < -1:
+        message = f"retention.ms must be -1 (forever) or more (got {retention})"
+        raise TopicError(message)
+    # dict.fromkeys: keeps the order, drops a name given twice (the admin API rejects those).
+    names = list(dict.fromkeys(topic.name for topic in topics))
+    if not names:
+        return []
+    admin = AdminClient(settings.kafka_client_config())
+    new_topics = [
+        NewTopic(
+            name,
+            num_partitions=count,
+            replication_factor=1,
+            config={"retention.ms": str(retention)},
+        )
+        for name in names
+    ]
+    futures = admin.create_topics(
+        new_topics, operation_timeout=timeout_s, request_timeout=timeout_s
+    )
+    results: list[tuple[str, str]] = []
+    for name in names:
+        try:
+            futures[name].result(timeout=timeout_s + 5.0)
+        except KafkaException as exception:
+            error = exception.args[0]
+            if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                results.append((name, "exists"))
+                continue
+            if isinstance(error, KafkaError) and error.code() in {
+                KafkaError._TRANSPORT,
+                KafkaError._TIMED_OUT,
+                KafkaError._ALL_BROKERS_DOWN,
+            }:
+                raise _unreachable(settings, error.str()) from exception
+            detail = error.str() if isinstance(error, KafkaError) else str(error)
+            message = f"creating topic {name} failed: {detail}"
+            raise TopicError(message) from exception
+        except concurrent.futures.TimeoutError as exception:
+            raise _unreachable(settings, f"no reply in {timeout_s:.0f} s") from exception
+        results.append((name, "created"))
+    return results
+
+
+def list_topics(settings: Settings, timeout_s: float = 10.0) -> list[tuple[str, int]]:
+    """(name, partition count) of every topic but Kafka's internal ``__*`` ones, sorted."""
+    admin = AdminClient(settings.kafka_client_config())
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exception:
+        raise _unreachable(settings, exception.args[0]) from exception
+    found: list[tuple[str, int]] = []
+    for name, topic in metadata.topics.items():
+        if not str(name).startswith("__"):
+            found.append((str(name), len(topic.partitions)))
+    return sorted(found)
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.action == "create":
+        for name, outcome in create_topics(settings, args.partitions, args.retention_ms):
+            print(f"{name} {outcome}")
+        return 0
+    present = dict(list_topics(settings))
+    for name, count in present.items():
+        marker = " (v1)" if name in TOPICS_BY_NAME else ""
+        print(f"{name} {count} partitions{marker}")
+    for topic in ALL_TOPICS:
+        if topic.name not in present:
+            print(f"{topic.name} missing (run: c4 topics create)")
+    return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        message = "must be at least 1"
+        raise argparse.ArgumentTypeError(message)
+    return value
+
+
+def _retention(text: str) -> int:
+    value = int(text)
+    if value < -1:
+        message = "must be -1 (forever) or more"
+        raise argparse.ArgumentTypeError(message)
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``topics create|list`` subcommand."""
+    parser = subparsers.add_parser("topics", help="create the v1 topics or list the broker's")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = actions.add_parser("create", help="create the v1 topics (existing ones are kept)")
+    create.add_argument(
+        "--partitions", type=_positive, help="partitions per topic (env C4_TOPIC_PARTITIONS)"
+    )
+    create.add_argument(
+        "--retention-ms", type=_retention, help="retention.ms (env C4_TOPIC_RETENTION_MS)"
+    )
+    actions.add_parser("list", help="topics on the broker, and which v1 topics are missing")
+    parser.set_defaults(handler=_run)
