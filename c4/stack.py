@@ -360,7 +360,7 @@ def _require(program: str, hint: str) -> str:
     return found
 
 
-def _run_tool(argv: list[str], log_file: Path, timeout_s: float, what: str) -> str:
+def _run_tool(argv: list[str], log_file: Path, timeout_s: float, what: str) -> None:
     """Run a short-lived tool, its output kept in ``log_file``; StackError naming the log."""
     try:
         result = subprocess.run(  # noqa: S603 - fixed argv built here, no shell
@@ -372,13 +372,19 @@ def _run_tool(argv: list[str], log_file: Path, timeout_s: float, what: str) -> s
             check=False,
         )
     except subprocess.TimeoutExpired as error:
-        message = f"{what} did not finish within {timeout_s:.0f} s (see {log_file})"
+        partial = [part for part in (error.stdout, error.stderr) if part]
+        log_file.write_text(
+            "".join(
+                part if isinstance(part, str) else part.decode(errors="replace") for part in partial
+            ),
+            encoding="utf-8",
+        )
+        message = f"{what} did not finish within {timeout_s:.0f} s (log {log_file})"
         raise StackError(message) from error
     log_file.write_text(result.stdout + result.stderr, encoding="utf-8")
     if result.returncode != 0:
         message = f"{what} failed: {_last_line(log_file)} (log {log_file})"
         raise StackError(message)
-    return result.stdout
 
 
 # --- Kafka -------------------------------------------------------------------------------------
@@ -499,6 +505,8 @@ def _stack_admin_config(settings: Settings) -> dict[str, str | int | float | boo
     }
     config["bootstrap.servers"] = f"{HOST}:{settings.stack_kafka_port}"
     config["security.protocol"] = "PLAINTEXT"
+    # Critical only: a broker still starting up is expected, not worth librdkafka's stderr.
+    config["log_level"] = 2
     return config
 
 

@@ -24,6 +24,12 @@ class TopicError(C4Error):
     """A topic could not be created or the broker could not be listed."""
 
 
+def _admin(settings: Settings) -> AdminClient:
+    # Level 2 (critical) silences librdkafka's "Connect ... failed" line, repeated every 50 ms
+    # while the broker is down; the error raised below carries the reason once.
+    return AdminClient({**settings.kafka_client_config(), "log_level": 2})
+
+
 def _unreachable(settings: Settings, error: object) -> TopicError:
     message = (
         f"kafka at {settings.kafka_bootstrap} did not answer ({error}):"
@@ -55,7 +61,7 @@ def create_topics(
     names = list(dict.fromkeys(topic.name for topic in topics))
     if not names:
         return []
-    admin = AdminClient(settings.kafka_client_config())
+    admin = _admin(settings)
     new_topics = [
         NewTopic(
             name,
@@ -94,11 +100,13 @@ def create_topics(
 
 def list_topics(settings: Settings, timeout_s: float = 10.0) -> list[tuple[str, int]]:
     """(name, partition count) of every topic but Kafka's internal ``__*`` ones, sorted."""
-    admin = AdminClient(settings.kafka_client_config())
+    admin = _admin(settings)
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exception:
-        raise _unreachable(settings, exception.args[0]) from exception
+        error = exception.args[0]
+        detail = error.str() if isinstance(error, KafkaError) else str(error)
+        raise _unreachable(settings, detail) from exception
     found: list[tuple[str, int]] = []
     for name, topic in metadata.topics.items():
         if not str(name).startswith("__"):
