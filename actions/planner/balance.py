@@ -1,0 +1,218 @@
+"""Link loads of a spine assignment, and the balanced heuristic: least-loaded, then repair.
+
+The assignment is the planner's one mutable object: flat lists indexed by directed link and
+by flow, changed in place, because copying 10k-entry lists per move would dominate the time.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+
+from actions.planner.problem import Problem
+
+# Utilisations are ratios of float sums; anything closer than this is the same value.
+TOLERANCE = 1e-9
+
+
+class Assignment:
+    """A spine per flow (-1: none, or within one leaf) and the load of every directed link."""
+
+    __slots__ = ("cap", "load", "problem", "spine")
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self.cap: Sequence[float] = problem.fabric.directed_gbps
+        load = [0.0] * len(self.cap)
+        # Every flow crosses its own two cables whatever the plan: charge them once here.
+        for s, d, g in zip(problem.src, problem.dst, problem.gbps, strict=True):
+            load[2 * s] += g
+            load[2 * d + 1] += g
+        self.load = load
+        self.spine = [-1] * problem.size
+
+    def place(self, f: int, spine: int) -> None:
+        """Route flow ``f`` through ``spine`` (it must have none)."""
+        p, g = self.problem, self.problem.gbps[f]
+        self.load[p.up(f, spine)] += g
+        self.load[p.dn(f, spine)] += g
+        self.spine[f] = spine
+
+    def unplace(self, f: int) -> None:
+        """Take flow ``f`` off its spine."""
+        spine = self.spine[f]
+        if spine >= 0:
+            p, g = self.problem, self.problem.gbps[f]
+            self.load[p.up(f, spine)] -= g
+            self.load[p.dn(f, spine)] -= g
+            self.spine[f] = -1
+
+    def util(self, link: int) -> float:
+        """The utilisation of one directed link."""
+        return self.load[link] / self.cap[link]
+
+    def max_util(self) -> float:
+        """The largest utilisation over every directed link (the contract's ``max_util``)."""
+        return max((x / c for x, c in zip(self.load, self.cap, strict=True) if x), default=0.0)
+
+    def fabric_max(self, flows: Iterable[int]) -> float:
+        """The largest utilisation over the fabric links that these flows use."""
+        p, load, cap, spine = self.problem, self.load, self.cap, self.spine
+        worst = 0.0
+        for f in flows:
+            s = spine[f]
+            if s >= 0:
+                u, d = p.up(f, s), p.dn(f, s)
+                worst = max(worst, load[u] / cap[u], load[d] / cap[d])
+        return worst
+
+
+def least_loaded(state: Assignment, flows: Iterable[int]) -> None:
+    """Place flows, largest first, each on the spine that keeps its two links least utilised."""
+    p = state.problem
+    load, cap, gbps, spine = state.load, state.cap, p.gbps, state.spine
+    uplinks, src_leaf, dst_leaf, cands = p.fabric.uplinks, p.src_leaf, p.dst_leaf, p.cands
+    for f in sorted(flows, key=lambda f: (-gbps[f], f)):
+        g = gbps[f]
+        ups, dns = uplinks[src_leaf[f]], uplinks[dst_leaf[f]]
+        best, best_worst, best_sum = -1, float("inf"), float("inf")
+        for s in cands[f]:
+            u, d = 2 * ups[s], 2 * dns[s] + 1
+            nu, nd = (load[u] + g) / cap[u], (load[d] + g) / cap[d]
+            worst = nu if nu > nd else nd
+            if worst < best_worst - TOLERANCE or (
+                worst <= best_worst + TOLERANCE and nu + nd < best_sum - TOLERANCE
+            ):
+                best, best_worst, best_sum = s, worst, nu + nd
+        load[2 * ups[best]] += g
+        load[2 * dns[best] + 1] += g
+        spine[f] = best
+
+
+def repair(
+    state: Assignment,
+    flows: Sequence[int],
+    target: float,
+    movable: Iterable[int] | None = None,
+    max_moves: int | None = None,
+) -> int:
+    """Lower the most utilised fabric link by moving flows off it; returns the moves made.
+
+    Looks at the fabric links of ``flows``; moves only flows in ``movable`` (default: all of
+    ``flows``). A move is a single flow to another spine, or a swap of two flows between two
+    spines (a Kempe chain of length two); each accepted move leaves every link it loads below
+    the current maximum, so the maximum never rises and the search ends. Stops at ``target``
+    (nothing can go below the lower bound) or when the worst link cannot be relieved.
+    """
+    repairer = _Repair(state, flows, movable)
+    return repairer.run(target, max_moves if max_moves is not None else 20 * len(flows) + 100)
+
+
+class _Repair:
+    """The working set of one repair: which flows cross which link, and a max-heap of links."""
+
+    def __init__(
+        self, state: Assignment, flows: Sequence[int], movable: Iterable[int] | None
+    ) -> None:
+        self.state = state
+        self.movable = set(flows if movable is None else movable)
+        self.on: dict[int, set[int]] = {}
+        p, spine = state.problem, state.spine
+        for f in flows:
+            s = spine[f]
+            if s >= 0:
+                self.on.setdefault(p.up(f, s), set()).add(f)
+                self.on.setdefault(p.dn(f, s), set()).add(f)
+        load, cap = state.load, state.cap
+        self.heap = [(-load[link] / cap[link], link) for link in self.on]
+        heapq.heapify(self.heap)
+
+    def run(self, target: float, max_moves: int) -> int:
+        load, cap, heap = self.state.load, self.state.cap, self.heap
+        moves = 0
+        while heap and moves < max_moves:
+            negative, link = heap[0]
+            util = load[link] / cap[link]
+            if -negative != util:  # stale: the link changed since; a fresh entry exists
+                heapq.heappop(heap)
+                continue
+            if util <= target + TOLERANCE or not self._relieve(link, util):
+                break
+            moves += 1
+        return moves
+
+    def _relieve(self, link: int, worst: float) -> bool:
+        state, p = self.state, self.state.problem
+        load, cap, spine, gbps = state.load, state.cap, state.spine, p.gbps
+        limit = worst - TOLERANCE
+        crossing = sorted(
+            (f for f in self.on.get(link, ()) if f in self.movable), key=lambda f: (-gbps[f], f)
+        )
+        for f in crossing:
+            g, best, best_worst = gbps[f], -1, limit
+            for s in p.cands[f]:
+                if s == spine[f]:
+                    continue
+                u, d = p.up(f, s), p.dn(f, s)
+                new = max((load[u] + g) / cap[u], (load[d] + g) / cap[d])
+                if new < best_worst:
+                    best, best_worst = s, new
+            if best >= 0:
+                self._apply(((f, best),))
+                return True
+        for f in crossing:
+            if self._swap(f, link, limit):
+                return True
+        return False
+
+    def _swap(self, f: int, link: int, limit: float) -> bool:
+        """Move f to another spine s2 and a flow h blocking it from s2 onto f's spine s1."""
+        state, p = self.state, self.state.problem
+        load, cap, spine, gbps = state.load, state.cap, state.spine, p.gbps
+        s1, g = spine[f], gbps[f]
+        for s2 in p.cands[f]:
+            if s2 == s1:
+                continue
+            u, d = p.up(f, s2), p.dn(f, s2)
+            blocked = [x for x in (u, d) if (load[x] + g) / cap[x] >= limit]
+            if len(blocked) != 1:
+                continue
+            for h in self.on.get(blocked[0], ()):
+                if h == f or h not in self.movable or s1 not in p.cands[h]:
+                    continue
+                changes = ((f, s2), (h, s1))
+                if self._improves(changes, link, limit):
+                    self._apply(changes)
+                    return True
+        return False
+
+    def _improves(self, changes: tuple[tuple[int, int], ...], link: int, limit: float) -> bool:
+        state, p = self.state, self.state.problem
+        delta: dict[int, float] = {}
+        for f, s in changes:
+            g, old = p.gbps[f], state.spine[f]
+            for x in (p.up(f, old), p.dn(f, old)):
+                delta[x] = delta.get(x, 0.0) - g
+            for x in (p.up(f, s), p.dn(f, s)):
+                delta[x] = delta.get(x, 0.0) + g
+        if delta.get(link, 0.0) >= 0:
+            return False
+        load, cap = state.load, state.cap
+        return all((load[x] + dx) / cap[x] < limit for x, dx in delta.items() if dx > 0)
+
+    def _apply(self, changes: tuple[tuple[int, int], ...]) -> None:
+        state, p, on = self.state, self.state.problem, self.on
+        touched: set[int] = set()
+        for f, s in changes:
+            old = state.spine[f]
+            for x in (p.up(f, old), p.dn(f, old)):
+                on[x].discard(f)
+                touched.add(x)
+            state.unplace(f)
+            state.place(f, s)
+            for x in (p.up(f, s), p.dn(f, s)):
+                on.setdefault(x, set()).add(f)
+                touched.add(x)
+        load, cap = state.load, state.cap
+        for x in touched:
+            heapq.heappush(self.heap, (-load[x] / cap[x], x))
