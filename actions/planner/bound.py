@@ -1,0 +1,77 @@
+"""The lower bound on ``max_util``: demand that must cross a link, over its capacity.
+
+No plan does better than any of these, so a plan that meets the largest is optimal:
+- a port's cable carries every flow from (or to) the port, whatever the plan;
+- a flow takes one path: its demand over the best capacity among its usable spines;
+- a leaf's inter-leaf demand leaves by its usable uplinks (and arrives by its downlinks):
+  the total over their summed capacity;
+- and, flows being unsplittable, pigeonhole: of the ``k * S + 1`` largest flows leaving a leaf
+  with ``S`` usable uplinks, some ``k + 1`` share one uplink; they carry at least the ``k + 1``
+  smallest of them. For equal demands that is ``ceil(n / S)`` flows on some uplink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from actions.planner.problem import Problem
+
+
+def problem_bound(problem: Problem) -> float:
+    """The largest of the bounds above, for a problem."""
+    fabric, cap = problem.fabric, problem.fabric.directed_gbps
+    cables: dict[int, float] = {}
+    for s, d, g in zip(problem.src, problem.dst, problem.gbps, strict=True):
+        cables[2 * s] = cables.get(2 * s, 0.0) + g
+        cables[2 * d + 1] = cables.get(2 * d + 1, 0.0) + g
+    best = max((load / cap[x] for x, load in cables.items()), default=0.0)
+    fabric_gbps = set(fabric.link_gbps[len(fabric.port_ids) :])
+    uniform = next(iter(fabric_gbps)) if len(fabric_gbps) == 1 else None
+    pair_capacity: dict[tuple[int, int], float] = {}
+    # Per leaf and side: the demands, and the distinct usable-spine tuples (shared per pair).
+    out: dict[int, tuple[list[float], dict[int, tuple[int, ...]]]] = {}
+    into: dict[int, tuple[list[float], dict[int, tuple[int, ...]]]] = {}
+    uplinks = fabric.uplinks
+    for f, spines in enumerate(problem.cands):
+        if not spines:
+            continue
+        g, la, lb = problem.gbps[f], problem.src_leaf[f], problem.dst_leaf[f]
+        if uniform is not None:
+            widest = uniform
+        else:
+            key = (la, lb)
+            found = pair_capacity.get(key)
+            if found is None:
+                found = max(
+                    min(cap[2 * uplinks[la][s]], cap[2 * uplinks[lb][s] + 1]) for s in spines
+                )
+                pair_capacity[key] = found
+            widest = found
+        best = max(best, g / widest)
+        for table, leaf in ((out, la), (into, lb)):
+            entry = table.get(leaf)
+            if entry is None:
+                entry = ([], {})
+                table[leaf] = entry
+            entry[0].append(g)
+            entry[1][id(spines)] = spines
+    for table, direction in ((out, 0), (into, 1)):
+        for leaf, (demands, groups) in table.items():
+            spines = set().union(*groups.values())
+            caps = [cap[2 * uplinks[leaf][s] + direction] for s in spines]
+            best = max(best, sum(demands) / sum(caps), _pigeonhole(demands, len(caps)) / max(caps))
+    return best
+
+
+def _pigeonhole(demands: Iterable[float], bins: int) -> float:
+    """The least load of the fullest of ``bins`` bins holding these unsplittable demands."""
+    items = sorted(demands, reverse=True)
+    prefix = [0.0]
+    for x in items:
+        prefix.append(prefix[-1] + x)
+    best, k = 0.0, 1
+    while k * bins + 1 <= len(items):
+        m = k * bins + 1
+        best = max(best, prefix[m] - prefix[m - k - 1])
+        k += 1
+    return max(best, items[0] if items else 0.0)
