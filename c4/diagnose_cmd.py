@@ -1,0 +1,98 @@
+"""``c4 diagnose``: replay v1 messages in event time and print v1 diagnoses."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from c4 import C4Error
+from schemas.codec import Rejection, decode, encode
+from schemas.files import Topology
+from schemas.messages import Job
+from streams.core.engine import Engine
+from streams.core.params import DetectorParams, ParamsError
+from streams.replay import ReplayStats, replay
+
+if TYPE_CHECKING:
+    from c4.settings import Settings
+
+
+class DiagnoseError(C4Error):
+    """An input file of `c4 diagnose` is unusable."""
+
+
+def load_topology(path: str) -> Topology:
+    """The v1 topology file, or a one-line error."""
+    result = decode(_read(path), "topology")
+    if isinstance(result, Rejection):
+        message = f"{path}: {result.reason}"
+        raise DiagnoseError(message)
+    assert isinstance(result, Topology)  # noqa: S101 - decode(kind="topology") returns one
+    return result
+
+
+def load_params(path: str) -> tuple[DetectorParams, dict[str, dict[str, Any]]]:
+    """``{"defaults": {...}, "jobs": {"job-1": {...}}}``: parameters, overall and per job."""
+    try:
+        document = orjson.loads(_read(path))
+        if not isinstance(document, dict):
+            message = "expected a JSON object"
+            raise TypeError(message)
+        params = DetectorParams().with_overrides(dict(document.get("defaults", {})))
+        jobs = {str(job): dict(values) for job, values in dict(document.get("jobs", {})).items()}
+        for values in jobs.values():
+            params.with_overrides(values)
+    except (orjson.JSONDecodeError, TypeError, ValueError, ParamsError) as error:
+        message = f"{path}: {error}"
+        raise DiagnoseError(message) from error
+    return params, jobs
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:
+        message = f"cannot read {path}: {error.strerror}"
+        raise DiagnoseError(message) from error
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    del settings  # an offline replay: no broker, no Redis
+    topology = load_topology(args.topology) if args.topology else None
+    params, job_params = load_params(args.params) if args.params else (DetectorParams(), {})
+    engine = Engine(params, job_params, topology)
+    stats = ReplayStats()
+    if args.jobs:
+        for number, raw in enumerate(_read(args.jobs).splitlines(), start=1):
+            if not raw.strip():
+                continue
+            job = decode(raw, "job")
+            if isinstance(job, Rejection):
+                print(f"{args.jobs} line {number}: {job.reason}", file=sys.stderr)
+                continue
+            assert isinstance(job, Job)  # noqa: S101
+            engine.process(job)
+    out = sys.stdout.buffer
+    stream = sys.stdin.buffer if args.file == "-" else Path(args.file).open("rb")  # noqa: SIM115
+    with stream:
+        for diagnosis in replay(engine, stream, stats, sys.stderr):
+            out.write(encode(diagnosis) + b"\n")
+    out.flush()
+    print(f"{stats.messages} messages, {stats.rejected} rejected", file=sys.stderr)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``diagnose`` subcommand."""
+    parser = subparsers.add_parser(
+        "diagnose", help="replay v1 messages through the detectors; print v1 diagnoses"
+    )
+    parser.add_argument("--topology", help="v1 topology file (enables the fabric correlator)")
+    parser.add_argument("--jobs", help="JSON Lines of v1 job messages (placements)")
+    parser.add_argument("--params", help='detector parameters: {"defaults": {}, "jobs": {}}')
+    parser.add_argument("file", nargs="?", default="-", help="JSON Lines of v1 messages, or -")
+    parser.set_defaults(handler=_run)

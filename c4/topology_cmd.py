@@ -1,0 +1,79 @@
+"""``c4 topology gen``: write a standard leaf-spine fabric as a v1 topology file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from schemas.codec import encode
+from topology.generate import DEFAULT_NODES_PER_LEAF, Shape, ShapeError, generate
+
+if TYPE_CHECKING:
+    from c4.settings import Settings
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    del settings  # offline: no broker, no Redis
+    shape = Shape(
+        nodes=args.nodes,
+        spines=args.spines,
+        nics=args.nics,
+        planes=args.planes,
+        leaves_per_plane=args.leaves_per_plane,
+        nodes_per_leaf=args.nodes_per_leaf,
+        port_gbps=args.port_gbps,
+        uplink_gbps=args.uplink_gbps,
+        gpus=args.gpus,
+    )
+    try:
+        data = encode(generate(shape)) + b"\n"
+    except ShapeError as error:
+        print(f"c4: error: {error}", file=sys.stderr)
+        return 2
+    return write_output(args.out, data)
+
+
+def write_output(target: str, data: bytes) -> int:
+    """Write to a file, or stdout for ``-``; an unwritable file is a one-line error, exit 2."""
+    if target == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return 0
+    try:
+        with open(target, "wb") as out:
+            out.write(data)
+    except OSError as error:
+        print(f"c4: error: {error.strerror or error}: {target}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``topology gen`` subcommand."""
+    parser = subparsers.add_parser("topology", help="generate fabric topologies")
+    actions = parser.add_subparsers(dest="topology_command", required=True, metavar="ACTION")
+    gen = actions.add_parser(
+        "gen",
+        help="write a 2-tier leaf-spine fabric as a v1 topology",
+        description=(
+            "Nodes with dual-port NICs, each port on its own leaf (port 1 in plane a, port 2 in "
+            "plane b with --planes 2); every leaf linked to every spine of its plane."
+        ),
+    )
+    gen.add_argument("--nodes", type=int, required=True, help="number of nodes")
+    gen.add_argument("--spines", type=int, required=True, help="spines per plane")
+    gen.add_argument("--nics", type=int, default=8, help="dual-port NICs per node (default 8)")
+    gen.add_argument("--planes", type=int, default=2, help="1 or 2 (default 2)")
+    gen.add_argument("--leaves-per-plane", type=int, help="default: as many as the nodes need")
+    gen.add_argument(
+        "--nodes-per-leaf",
+        type=int,
+        help=f"nodes whose ports share a leaf (default {DEFAULT_NODES_PER_LEAF}, or derived "
+        "from --leaves-per-plane)",
+    )
+    gen.add_argument("--port-gbps", type=float, default=200.0, help="NIC port speed (200)")
+    gen.add_argument("--uplink-gbps", type=float, default=400.0, help="leaf-spine speed (400)")
+    gen.add_argument("--gpus", type=int, default=8, help="GPUs per node (default 8)")
+    gen.add_argument("--out", default="-", help="output file, or - for stdout (default)")
+    gen.set_defaults(handler=_run)

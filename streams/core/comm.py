@@ -1,0 +1,266 @@
+"""One communicator of one job: its operations by ``seq``, and what their timing says.
+
+Durations (end - enter) of the same ``seq`` are compared across members, never enter
+timestamps from different hosts (DESIGN, principle 3): the member that entered last has the
+shortest duration, and that shortest duration is the pure communication time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from statistics import median
+
+from schemas.messages import Collective
+from streams.core.params import DetectorParams
+from streams.core.stats import Baseline, Window
+
+MAX_PENDING = 4096
+MAX_COMPLETED = 8192
+NOT_YET = -1
+
+
+@dataclass(slots=True)
+class SeqState:
+    """What the members reported of one operation so far."""
+
+    op: str
+    nbytes: int
+    enter: list[int]
+    end: list[int]
+    entered: int = 0
+    ended: int = 0
+    first_seen_ns: int = 0
+    all_entered_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hang:
+    """An operation without progress: who never entered it, or that none could finish."""
+
+    kind: str  # "noncomm" (some never entered) or "comm" (all entered, not all finished)
+    seq: int
+    since_ns: int
+    missing: tuple[int, ...]  # communicator ranks that never entered (noncomm)
+    unfinished: tuple[int, ...]  # communicator ranks that entered and did not finish
+
+
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    """A member that is the last to enter again and again."""
+
+    rank: int
+    share: float
+    median_lag_ns: float
+    since_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Slowdown:
+    """Operations slower than the communicator's baseline, members entering on time."""
+
+    op: str
+    factor: float
+    baseline_ns: float
+    recent_ns: float
+    since_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConnSample:
+    """One connection's traffic in one reporting interval."""
+
+    rank: int
+    peer: int
+    port: str
+    nbytes: int
+    busy_ns: int
+
+
+@dataclass(slots=True)
+class Member:
+    """What is known of one member: where it runs and when it was last heard from."""
+
+    global_rank: int | None = None
+    node: str | None = None
+    gpu: int | None = None
+    port: str | None = None
+    last_seen_ns: int = NOT_YET
+
+
+@dataclass(slots=True)
+class CommTracker:
+    """Timing state of one communicator."""
+
+    job: str
+    comm: str
+    size: int
+    params: DetectorParams
+    members: list[Member] = field(init=False)
+    pending: dict[int, SeqState] = field(default_factory=dict)
+    # Completed seqs (bounded, oldest first) and the floor below which every seq is done:
+    # a late re-report of a finished operation must not open it again as a ghost.
+    completed: dict[int, None] = field(default_factory=dict)
+    floor: int = 0
+    spans: Window = field(init=False)
+    last_entrants: deque[tuple[int, float, int]] = field(init=False)
+    baselines: dict[tuple[str, int], Baseline] = field(default_factory=dict)
+    slow_since: dict[tuple[str, int], int] = field(default_factory=dict)
+    conns: dict[int, deque[ConnSample]] = field(default_factory=dict)
+    ops_seen: int = 0
+
+    def __post_init__(self) -> None:
+        self.members = [Member() for _ in range(self.size)]
+        self.spans = Window(64)
+        self.last_entrants = deque(maxlen=self.params.straggler_window)
+
+    def ingest(self, message: Collective) -> None:
+        """Take one rank's report: its liveness, places, operations and connections."""
+        rank = message.rank
+        member = self.members[rank]
+        member.last_seen_ns = max(member.last_seen_ns, message.ts_ns)
+        member.global_rank = message.global_rank
+        if message.node is not None:
+            member.node = message.node
+        if message.gpu is not None:
+            member.gpu = message.gpu
+        ops = message.ops
+        for seq, op, nbytes, enter, end in zip(
+            ops.seq, ops.op, ops.bytes, ops.enter_ns, ops.end_ns, strict=True
+        ):
+            if seq < self.floor or seq in self.completed:
+                continue
+            self._record(seq, op, nbytes, rank, enter, end, message.ts_ns)
+        if message.conns is not None:
+            samples = self.conns.setdefault(rank, deque(maxlen=64))
+            conns = message.conns
+            for peer, port, nbytes, busy in zip(
+                conns.peer, conns.port, conns.bytes, conns.busy_ns, strict=True
+            ):
+                samples.append(ConnSample(rank, peer, port, nbytes, busy))
+                if member.port is None:
+                    member.port = port
+
+    def _record(
+        self, seq: int, op: str, nbytes: int, rank: int, enter: int, end: int | None, ts_ns: int
+    ) -> None:
+        state = self.pending.get(seq)
+        if state is None:
+            if len(self.pending) >= MAX_PENDING:
+                # Bounded memory: the oldest unfinished operation is given up on.
+                oldest = min(self.pending)
+                del self.pending[oldest]
+                self._mark_done(oldest)
+            state = SeqState(op, nbytes, [NOT_YET] * self.size, [NOT_YET] * self.size)
+            state.first_seen_ns = ts_ns
+            self.pending[seq] = state
+        if state.enter[rank] == NOT_YET:
+            state.enter[rank] = enter
+            state.entered += 1
+            if state.entered == self.size:
+                state.all_entered_ns = ts_ns
+        if end is not None and state.end[rank] == NOT_YET:
+            state.end[rank] = end
+            state.ended += 1
+            if state.ended == self.size:
+                self._complete(seq, state)
+
+    def _mark_done(self, seq: int) -> None:
+        self.completed[seq] = None
+        if len(self.completed) > MAX_COMPLETED:
+            oldest = next(iter(self.completed))
+            del self.completed[oldest]
+            self.floor = max(self.floor, oldest + 1)
+
+    def _complete(self, seq: int, state: SeqState) -> None:
+        del self.pending[seq]
+        self._mark_done(seq)
+        self.ops_seen += 1
+        durations = [end - enter for enter, end in zip(state.enter, state.end, strict=True)]
+        shortest = min(durations)
+        last = durations.index(shortest)
+        middle = median(durations)
+        self.spans.add(max(durations))
+        if self.size > 2:
+            self.last_entrants.append((last, middle - shortest, max(state.end)))
+        key = (state.op, state.nbytes.bit_length())
+        baseline = self.baselines.get(key)
+        if baseline is None:
+            baseline = Baseline(self.params.slow_baseline_ops, self.params.slow_recent_ops)
+            self.baselines[key] = baseline
+        baseline.add(shortest)
+
+    def median_op_ns(self) -> float | None:
+        """The typical wall span of an operation of this communicator."""
+        return self.spans.median()
+
+    def hang(self, now_ns: int) -> Hang | None:
+        """The oldest operation without progress for longer than ``hang_after``, if any."""
+        if not self.pending:
+            return None
+        hang_after = self.params.hang_after_ns(self.median_op_ns())
+        seq = min(self.pending)
+        state = self.pending[seq]
+        if state.entered < self.size:
+            if now_ns - state.first_seen_ns < hang_after:
+                return None
+            missing = tuple(r for r, t in enumerate(state.enter) if t == NOT_YET)
+            unfinished = tuple(
+                r for r in range(self.size) if state.enter[r] != NOT_YET and state.end[r] == NOT_YET
+            )
+            return Hang("noncomm", seq, state.first_seen_ns, missing, unfinished)
+        since = state.all_entered_ns if state.all_entered_ns is not None else state.first_seen_ns
+        if now_ns - since < hang_after:
+            return None
+        unfinished = tuple(r for r, t in enumerate(state.end) if t == NOT_YET)
+        return Hang("comm", seq, since, (), unfinished)
+
+    def straggler(self, currently: int | None) -> Straggler | None:
+        """The member last to enter in most recent operations (hysteresis on ``currently``)."""
+        window = self.last_entrants
+        if len(window) < self.params.straggler_min_ops:
+            return None
+        counts = Counter(rank for rank, _, _ in window)
+        rank, count = counts.most_common(1)[0]
+        if currently is not None and counts.get(currently, 0) > count * 0.999:
+            rank, count = currently, counts[currently]
+        share = count / len(window)
+        lags = [lag for r, lag, _ in window if r == rank]
+        lag = median(lags)
+        threshold = (
+            self.params.straggler_resolve_share
+            if rank == currently
+            else self.params.straggler_share
+        )
+        if share < threshold or lag < self.params.straggler_min_lag_ns:
+            return None
+        since = next(end for r, _, end in window if r == rank)
+        return Straggler(rank, share, lag, since)
+
+    def slowdowns(self, now_ns: int) -> list[Slowdown]:
+        """Operation kinds whose recent transfer time is over the baseline by the slow factor."""
+        found = []
+        for key, baseline in self.baselines.items():
+            if not baseline.ready():
+                continue
+            reference = baseline.baseline()
+            recent = baseline.recent()
+            open_since = self.slow_since.get(key)
+            factor = self.params.slow_resolve_factor if open_since else self.params.slow_factor
+            if reference > 0 and recent > reference * factor:
+                if open_since is None:
+                    baseline.freeze()
+                    open_since = now_ns
+                    self.slow_since[key] = now_ns
+                found.append(Slowdown(key[0], recent / reference, reference, recent, open_since))
+            elif open_since is not None:
+                baseline.thaw()
+                del self.slow_since[key]
+        return found
+
+    def recent_conns(self, intervals: int = 3) -> list[ConnSample]:
+        """Each rank's connection samples of its last few reports."""
+        found: list[ConnSample] = []
+        for samples in self.conns.values():
+            found.extend(list(samples)[-intervals * 4 :])
+        return found

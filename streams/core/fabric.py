@@ -1,0 +1,109 @@
+"""The fabric correlator: slow connections of several jobs over one link become one finding.
+
+A connection that is slow while neither of its ports is (no port shared by two slow
+connections) points at its path. Paths of several connections, of one or more jobs, that
+cross one leaf-spine link point at that link; when the paths are unknown (no route plan),
+they can only point at the leaf they share.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+
+from schemas.files import Topology
+from schemas.messages import Diagnosis
+from streams.core.findings import FindingBook, SuspectScore
+from streams.core.job import SlowPath
+
+RESOLVE_AFTER_CHECKS = 8
+MIN_PATHS = 2
+
+
+class FabricCorrelator:
+    """Votes of slow paths per fabric link; names the link (or switch) several paths share."""
+
+    def __init__(self, topology: Topology | None) -> None:
+        self.book = FindingBook()
+        self._leaf_of: dict[str, str] = {}
+        self._link_of: dict[frozenset[str], str] = {}
+        self._spines_of: dict[str, list[str]] = defaultdict(list)
+        if topology is not None:
+            for node in topology.nodes:
+                for port in node.ports:
+                    self._leaf_of[f"{node.id}/{port.id}"] = port.leaf
+            tiers = {switch.id: switch.tier for switch in topology.switches}
+            for link in topology.links:
+                self._link_of[frozenset((link.a, link.b))] = link.id
+                leaf, spine = (link.a, link.b) if tiers.get(link.a) == 1 else (link.b, link.a)
+                self._spines_of[leaf].append(spine)
+        self._quiet: dict[str, int] = {}
+
+    @property
+    def knows_paths(self) -> bool:
+        """Whether a topology was given, so that slow paths can be correlated at all."""
+        return bool(self._link_of)
+
+    def _candidates(self, path: SlowPath) -> set[str]:
+        src, dst = self._leaf_of.get(path.src_port), self._leaf_of.get(path.dst_port)
+        if src is None or dst is None or src == dst:
+            return set()
+        spines = [path.via] if path.via else self._spines_of.get(src, [])
+        links = set()
+        for spine in spines:
+            for leaf in (src, dst):
+                link = self._link_of.get(frozenset((leaf, spine)))
+                if link is not None:
+                    links.add(link)
+        return links
+
+    def check(self, now_ns: int, slow_paths: Iterable[SlowPath]) -> list[Diagnosis]:
+        """Fire for the link most slow paths cross; resolve links no path points at anymore."""
+        votes: Counter[str] = Counter()
+        jobs: dict[str, set[str]] = defaultdict(set)
+        exact = True
+        for path in {(p.job, p.flow): p for p in slow_paths}.values():
+            exact = exact and path.via is not None
+            for link in self._candidates(path):
+                votes[link] += 1
+                jobs[link].add(path.job)
+        out: list[Diagnosis] = []
+        named: set[str] = set()
+        if votes:
+            best, count = votes.most_common(1)[0]
+            tied = [link for link, n in votes.items() if n == count]
+            if count >= MIN_PATHS:
+                suspect: SuspectScore | None
+                if len(tied) == 1:
+                    suspect = SuspectScore("link", best, 0.92 if exact else 0.7)
+                else:
+                    suspect = self._shared_switch(tied)
+                if suspect is not None:
+                    named.add(suspect.id)
+                    evidence = {"slow_paths": count, "jobs": sorted(jobs[best])[:32]}
+                    fired = self.book.fire(
+                        None, "link_degraded", suspect.id, now_ns, now_ns, (suspect,), evidence
+                    )
+                    if fired is not None:
+                        out.append(fired)
+        for key in self.book.open_keys(None, "link_degraded"):
+            if key in named:
+                self._quiet[key] = 0
+                continue
+            self._quiet[key] = self._quiet.get(key, 0) + 1
+            if self._quiet[key] >= RESOLVE_AFTER_CHECKS:
+                del self._quiet[key]
+                if resolved := self.book.resolve(None, "link_degraded", key, now_ns):
+                    out.append(resolved)
+        return out
+
+    def _shared_switch(self, links: list[str]) -> SuspectScore | None:
+        ends: Counter[str] = Counter()
+        for link in links:
+            for pair, name in self._link_of.items():
+                if name == link:
+                    ends.update(pair)
+        if not ends:
+            return None
+        switch, count = ends.most_common(1)[0]
+        return SuspectScore("switch", switch, 0.6) if count == len(links) else None

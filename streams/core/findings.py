@@ -1,0 +1,106 @@
+"""Findings: fire once with a stable id, resolve once, as v1 diagnosis messages."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.messages import Diagnosis, DiagnosisClass, Suspect, SuspectType
+
+
+@dataclass(frozen=True, slots=True)
+class SuspectScore:
+    """One suspect of a finding, before it becomes a v1 ``Suspect``."""
+
+    type: SuspectType
+    id: str
+    score: float
+
+
+def finding_id(job: str | None, cls: str, key: str, onset_ns: int) -> str:
+    """A stable id: the same finding recomputed (replay, restarted worker) gets the same id."""
+    digest = hashlib.sha256(f"{job}|{cls}|{key}|{onset_ns}".encode()).hexdigest()
+    return f"d-{digest[:16]}"
+
+
+@dataclass(slots=True)
+class OpenFinding:
+    """A finding that has fired and not resolved yet."""
+
+    id: str
+    job: str | None
+    cls: DiagnosisClass
+    onset_ns: int
+    suspects: tuple[SuspectScore, ...]
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def to_diagnosis(finding: OpenFinding, state: str, ts_ns: int) -> Diagnosis:
+    """The v1 diagnosis message of a finding in the given state."""
+    return Diagnosis(
+        v=1,
+        kind="diagnosis",
+        id=finding.id,
+        job=finding.job,
+        state="firing" if state == "firing" else "resolved",
+        class_=finding.cls,
+        onset_ns=finding.onset_ns,
+        ts_ns=max(ts_ns, finding.onset_ns),
+        suspects=tuple(
+            Suspect(type=s.type, id=s.id, score=round(min(1.0, max(0.0, s.score)), 4))
+            for s in finding.suspects
+        ),
+        evidence=finding.evidence,
+    )
+
+
+class FindingBook:
+    """Open findings by (job, class, key): fire on change only, resolve when the condition ends."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str | None, str, str], OpenFinding] = {}
+
+    def is_open(self, job: str | None, cls: str, key: str) -> bool:
+        """Whether a finding with this identity is firing now."""
+        return (job, cls, key) in self._open
+
+    def fire(
+        self,
+        job: str | None,
+        cls: DiagnosisClass,
+        key: str,
+        onset_ns: int,
+        now_ns: int,
+        suspects: tuple[SuspectScore, ...],
+        evidence: dict[str, Any],
+    ) -> Diagnosis | None:
+        """Open a finding; None when the same one is already open (emit on change only)."""
+        if (job, cls, key) in self._open:
+            return None
+        finding = OpenFinding(
+            finding_id(job, cls, key, onset_ns), job, cls, onset_ns, suspects, evidence
+        )
+        self._open[(job, cls, key)] = finding
+        return to_diagnosis(finding, "firing", now_ns)
+
+    def resolve(self, job: str | None, cls: str, key: str, now_ns: int) -> Diagnosis | None:
+        """Close a finding; None when it is not open."""
+        finding = self._open.pop((job, cls, key), None)
+        if finding is None:
+            return None
+        return to_diagnosis(finding, "resolved", now_ns)
+
+    def resolve_all(self, now_ns: int) -> list[Diagnosis]:
+        """Close every open finding."""
+        closed = [to_diagnosis(f, "resolved", now_ns) for f in self._open.values()]
+        self._open.clear()
+        return closed
+
+    def open_findings(self) -> list[OpenFinding]:
+        """Every finding firing now."""
+        return list(self._open.values())
+
+    def open_keys(self, job: str | None, cls: str) -> list[str]:
+        """Keys of the open findings of one job and class."""
+        return [key for (j, c, key) in self._open if j == job and c == cls]

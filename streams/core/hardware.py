@@ -1,0 +1,195 @@
+"""Hardware signals: NIC port counters and state, GPU XIDs and ECC errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from schemas.messages import Diagnosis, DiagnosisClass, Gpu, Link
+from streams.core.findings import FindingBook, SuspectScore
+from streams.core.params import NS_PER_S, DetectorParams
+from streams.core.places import gpu_id, port_id
+
+# XIDs that mean the hardware (DESIGN, Detection); 13, 31, 43 are the application's.
+HARDWARE_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+CLEAN_REPORTS_TO_RESOLVE = 3
+GPU_FAULT_CLEAR_NS = 600 * NS_PER_S
+
+
+@dataclass(slots=True)
+class PortState:
+    """The last report of one port and what it showed."""
+
+    ts_ns: int
+    symbol_err: int | None
+    retrans: int | None
+    down: bool
+    max_gbps: float
+    degraded: bool = False
+    clean_streak: int = 0
+
+
+class HardwareMonitor:
+    """Findings from link and GPU messages; also answers `PortHealth` for the job detectors."""
+
+    def __init__(
+        self,
+        params: DetectorParams,
+        job_of_port: Callable[[str], str | None],
+        job_of_gpu: Callable[[str], str | None],
+    ) -> None:
+        self.params = params
+        self._job_of_port = job_of_port
+        self._job_of_gpu = job_of_gpu
+        self._ports: dict[str, PortState] = {}
+        self._gpu_faults: dict[str, int] = {}  # gpu id -> last hardware error ts
+        self._ecc: dict[str, int] = {}
+        self.book = FindingBook()
+        self._owner: dict[tuple[str, str], tuple[str | None]] = {}
+
+    # --- PortHealth ------------------------------------------------------------------
+    def is_down(self, port: str) -> bool:
+        """The port's last report said down."""
+        state = self._ports.get(port)
+        return state is not None and state.down
+
+    def errors_rising(self, port: str) -> bool:
+        """The port is degraded by its counters."""
+        state = self._ports.get(port)
+        return state is not None and state.degraded
+
+    # --- input -----------------------------------------------------------------------
+    def on_link(self, message: Link) -> list[Diagnosis]:
+        """Take one port report; fire or resolve link_down / link_degraded."""
+        pid = port_id(message.node, message.port)
+        counters = message.counters
+        retrans = counters.timeout_retrans
+        previous = self._ports.get(pid)
+        gbps = message.gbps or 0.0
+        state = PortState(
+            message.ts_ns,
+            counters.symbol_err,
+            retrans,
+            message.state == "down",
+            max(gbps, previous.max_gbps if previous else 0.0),
+        )
+        out: list[Diagnosis] = []
+        if state.down:
+            self._fire(
+                out,
+                "link_down",
+                pid,
+                message.ts_ns,
+                message.ts_ns,
+                (SuspectScore("port", pid, 0.97),),
+                {"state": "down"},
+            )
+        else:
+            self._resolve(out, "link_down", pid, message.ts_ns)
+        if previous is not None:
+            state.degraded, state.clean_streak = previous.degraded, previous.clean_streak
+            self._update_degraded(pid, previous, state, gbps, out)
+        self._ports[pid] = state
+        return out
+
+    def _fire(
+        self,
+        out: list[Diagnosis],
+        cls: DiagnosisClass,
+        key: str,
+        onset: int,
+        now: int,
+        suspects: tuple[SuspectScore, ...],
+        evidence: dict[str, Any],
+    ) -> None:
+        # The finding's job is the one placed on the part when it fires; it resolves there.
+        owner = self._owner.get((cls, key))
+        if owner is None:
+            lookup = self._job_of_gpu if suspects[0].type == "gpu" else self._job_of_port
+            owner = (lookup(key),)
+            self._owner[(cls, key)] = owner
+        fired = self.book.fire(owner[0], cls, key, onset, now, suspects, evidence)
+        if fired is not None:
+            out.append(fired)
+
+    def _resolve(self, out: list[Diagnosis], cls: str, key: str, now: int) -> None:
+        owner = self._owner.pop((cls, key), None)
+        if owner is not None and (resolved := self.book.resolve(owner[0], cls, key, now)):
+            out.append(resolved)
+
+    def _update_degraded(
+        self, pid: str, previous: PortState, state: PortState, gbps: float, out: list[Diagnosis]
+    ) -> None:
+        seconds = max((state.ts_ns - previous.ts_ns) / NS_PER_S, 1e-3)
+        symbol_rate = _rate(previous.symbol_err, state.symbol_err, seconds)
+        retrans_rate = _rate(previous.retrans, state.retrans, seconds)
+        slowed = 0 < gbps < 0.9 * previous.max_gbps
+        bad = (
+            symbol_rate >= self.params.symbol_err_per_s
+            or retrans_rate >= self.params.retrans_per_s
+            or slowed
+        )
+        if bad and not state.down:
+            state.clean_streak = 0
+            if not state.degraded:
+                state.degraded = True
+                evidence = {
+                    "symbol_err_per_s": round(symbol_rate, 2),
+                    "retrans_per_s": round(retrans_rate, 2),
+                    "gbps": gbps,
+                }
+                self._fire(
+                    out,
+                    "link_degraded",
+                    pid,
+                    previous.ts_ns,
+                    state.ts_ns,
+                    (SuspectScore("port", pid, 0.9),),
+                    evidence,
+                )
+        elif state.degraded:
+            state.clean_streak += 1
+            if state.clean_streak >= CLEAN_REPORTS_TO_RESOLVE:
+                state.degraded = False
+                self._resolve(out, "link_degraded", pid, state.ts_ns)
+
+    def on_gpu(self, message: Gpu) -> list[Diagnosis]:
+        """Take one GPU report; fire gpu_fault on hardware XIDs or new double-bit ECC errors."""
+        gid = gpu_id(message.node, message.gpu)
+        hardware = sorted({x for x in message.xid if x in HARDWARE_XIDS})
+        ecc_before = self._ecc.get(gid)
+        if message.ecc_dbe is not None:
+            self._ecc[gid] = message.ecc_dbe
+        new_ecc = (
+            message.ecc_dbe is not None and ecc_before is not None and message.ecc_dbe > ecc_before
+        )
+        out: list[Diagnosis] = []
+        if hardware or new_ecc:
+            self._gpu_faults[gid] = message.ts_ns
+            evidence: dict[str, Any] = {"xid": hardware, "ecc_dbe": message.ecc_dbe}
+            self._fire(
+                out,
+                "gpu_fault",
+                gid,
+                message.ts_ns,
+                message.ts_ns,
+                (SuspectScore("gpu", gid, 0.98),),
+                evidence,
+            )
+        return out
+
+    def check(self, now_ns: int) -> list[Diagnosis]:
+        """Resolve GPU faults after a long time without a new hardware error."""
+        out: list[Diagnosis] = []
+        for gid, last in list(self._gpu_faults.items()):
+            if now_ns - last >= GPU_FAULT_CLEAR_NS:
+                del self._gpu_faults[gid]
+                self._resolve(out, "gpu_fault", gid, now_ns)
+        return out
+
+
+def _rate(before: int | None, after: int | None, seconds: float) -> float:
+    if before is None or after is None or after < before:
+        return 0.0  # missing, or a counter reset: no rate from this pair
+    return (after - before) / seconds

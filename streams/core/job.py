@@ -1,0 +1,312 @@
+"""All detectors of one job: its communicators, nodes and open findings."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from statistics import median
+from typing import Any
+
+from schemas.messages import Collective, Diagnosis, Job, RankPlace
+from streams.core.comm import CommTracker, ConnSample, Hang, Member
+from streams.core.findings import FindingBook, SuspectScore
+from streams.core.params import DetectorParams
+from streams.core.places import PortHealth, Routes, gpu_id, port_id, rank_id
+
+HANG_KEY = "hang"
+
+
+@dataclass(frozen=True, slots=True)
+class SlowPath:
+    """A slow connection no port explains: evidence for the fabric correlator."""
+
+    job: str
+    flow: str
+    src_port: str
+    dst_port: str
+    via: str | None
+
+
+class JobDetector:
+    """Turns one job's collective reports into findings."""
+
+    def __init__(
+        self,
+        job: str,
+        params: DetectorParams,
+        ports: PortHealth,
+        routes: Routes,
+        *,
+        fabric_known: bool = False,
+    ) -> None:
+        self.job = job
+        # With a topology the fabric correlator names links from slow paths; without one,
+        # this job names the two ports of its slow connections itself.
+        self._fabric_known = fabric_known
+        self.params = params
+        self._ports = ports
+        self._routes = routes
+        self.comms: dict[str, CommTracker] = {}
+        self.placement: dict[int, RankPlace] = {}
+        self.book = FindingBook()
+        self._stragglers: dict[str, dict[str, int]] = {}  # comm -> suspect key -> comm rank
+        self._slow_keys: dict[str, str] = {}  # comm -> open comm_slow key
+        self.slow_paths: list[SlowPath] = []
+
+    # --- input -----------------------------------------------------------------------
+    def on_collective(self, message: Collective) -> None:
+        """Take one rank's report."""
+        tracker = self.comms.get(message.comm)
+        if tracker is None or tracker.size != message.comm_size:
+            tracker = CommTracker(self.job, message.comm, message.comm_size, self.params)
+            self.comms[message.comm] = tracker
+        tracker.ingest(message)
+
+    def on_job(self, message: Job) -> None:
+        """Learn the job's placement."""
+        self.placement = {place.rank: place for place in message.ranks}
+
+    # --- places ----------------------------------------------------------------------
+    def _place(self, member: Member) -> tuple[str | None, int | None, str | None]:
+        node, gpu, port = member.node, member.gpu, member.port
+        if member.global_rank is not None:
+            place = self.placement.get(member.global_rank)
+            if place is not None:
+                node = node or place.node
+                gpu = gpu if gpu is not None else place.gpu
+                port = port or place.port
+        return node, gpu, port
+
+    def _rank_suspect(self, member: Member, score: float) -> SuspectScore:
+        node, gpu, _ = self._place(member)
+        if node is not None and gpu is not None:
+            return SuspectScore("gpu", gpu_id(node, gpu), score)
+        return SuspectScore("rank", rank_id(self.job, member.global_rank or 0), score)
+
+    def _port_of(self, member: Member) -> str | None:
+        node, _, port = self._place(member)
+        return port_id(node, port) if node is not None and port is not None else None
+
+    # --- checks ----------------------------------------------------------------------
+    def check(self, now_ns: int) -> list[Diagnosis]:
+        """Evaluate every condition at event time ``now_ns``; emit what changed."""
+        out: list[Diagnosis] = []
+        down = self._check_nodes(now_ns, out)
+        self._check_hangs(now_ns, down, out)
+        self._check_stragglers(now_ns, out)
+        self._check_slowdowns(now_ns, out)
+        return out
+
+    def _node_last_seen(self) -> dict[str, int]:
+        seen: dict[str, int] = {}
+        for tracker in self.comms.values():
+            for member in tracker.members:
+                node, _, _ = self._place(member)
+                if node is not None and member.last_seen_ns >= 0:
+                    seen[node] = max(seen.get(node, -1), member.last_seen_ns)
+        return seen
+
+    def _check_nodes(self, now_ns: int, out: list[Diagnosis]) -> set[str]:
+        seen = self._node_last_seen()
+        cutoff = now_ns - self.params.silent_after_ns
+        alive = [node for node, ts in seen.items() if ts >= cutoff]
+        down = {node for node, ts in seen.items() if ts < cutoff} if alive else set()
+        for node in sorted(down):
+            fired = self.book.fire(
+                self.job,
+                "node_down",
+                node,
+                seen[node],
+                now_ns,
+                (SuspectScore("node", node, 0.95),),
+                {"last_seen_ns": seen[node], "nodes_alive": len(alive)},
+            )
+            if fired:
+                out.append(fired)
+        for node in self.book.open_keys(self.job, "node_down"):
+            if node not in down and (
+                resolved := self.book.resolve(self.job, "node_down", node, now_ns)
+            ):
+                out.append(resolved)
+        return down
+
+    def _check_hangs(self, now_ns: int, down: set[str], out: list[Diagnosis]) -> None:
+        noncomm: list[tuple[int, CommTracker, Hang, list[Member]]] = []
+        comm: list[tuple[CommTracker, Hang]] = []
+        for tracker in self.comms.values():
+            hang = tracker.hang(now_ns)
+            if hang is None:
+                continue
+            if hang.kind == "noncomm":
+                missing = [tracker.members[r] for r in hang.missing]
+                unexplained = [m for m in missing if self._place(m)[0] not in down]
+                if unexplained:
+                    noncomm.append((len(unexplained), tracker, hang, unexplained))
+            else:
+                comm.append((tracker, hang))
+        open_cls = [
+            c for c in ("noncomm_hang", "comm_hang") if self.book.is_open(self.job, c, HANG_KEY)
+        ]
+        if noncomm:
+            _, tracker, hang, members = min(noncomm, key=lambda item: item[0])
+            score = 0.95 if len(members) <= 2 else max(0.3, 0.95 * 2 / len(members))
+            suspects = tuple(self._rank_suspect(m, score) for m in members[:16])
+            evidence: dict[str, Any] = {
+                "comm": tracker.comm,
+                "seq": hang.seq,
+                "missing_ranks": list(hang.missing[:64]),
+                "waiting_ranks": len(hang.unfinished),
+            }
+            self._fire(out, "noncomm_hang", HANG_KEY, hang.since_ns, now_ns, suspects, evidence)
+        elif comm:
+            tracker, hang = comm[0]
+            suspects = self._stalled_suspects(tracker, hang)
+            evidence = {
+                "comm": tracker.comm,
+                "seq": hang.seq,
+                "unfinished_ranks": list(hang.unfinished[:64]),
+            }
+            self._fire(out, "comm_hang", HANG_KEY, hang.since_ns, now_ns, suspects, evidence)
+        else:
+            for cls in open_cls:
+                if resolved := self.book.resolve(self.job, cls, HANG_KEY, now_ns):
+                    out.append(resolved)
+
+    def _stalled_suspects(self, tracker: CommTracker, hang: Hang) -> tuple[SuspectScore, ...]:
+        ports = [self._port_of(tracker.members[r]) for r in range(tracker.size)]
+        dead = sorted({p for p in ports if p is not None and self._ports.is_down(p)})
+        if dead:
+            return tuple(SuspectScore("port", p, 0.95) for p in dead[:4])
+        # Which connection stopped moving bytes: the ranks whose latest samples carry none.
+        idle = Counter(
+            self._port_of(tracker.members[s.rank])
+            for s in tracker.recent_conns(intervals=1)
+            if s.nbytes == 0
+        )
+        idle.pop(None, None)
+        if idle:
+            return tuple(SuspectScore("port", str(p), 0.6) for p, _ in idle.most_common(2))
+        return ()
+
+    def _fire(
+        self,
+        out: list[Diagnosis],
+        cls: Any,
+        key: str,
+        onset: int,
+        now: int,
+        suspects: tuple[SuspectScore, ...],
+        evidence: dict[str, Any],
+    ) -> None:
+        fired = self.book.fire(self.job, cls, key, onset, now, suspects, evidence)
+        if fired is not None:
+            out.append(fired)
+
+    def _check_stragglers(self, now_ns: int, out: list[Diagnosis]) -> None:
+        naming: dict[str, tuple[SuspectScore, dict[str, Any], int]] = {}
+        for tracker in self.comms.values():
+            current = self._stragglers.get(tracker.comm, {})
+            straggler = tracker.straggler(next(iter(current.values()), None))
+            if straggler is None:
+                self._stragglers[tracker.comm] = {}
+                continue
+            suspect = self._rank_suspect(
+                tracker.members[straggler.rank], min(0.99, 0.5 + straggler.share / 2)
+            )
+            self._stragglers[tracker.comm] = {suspect.id: straggler.rank}
+            evidence = {
+                "comm": tracker.comm,
+                "rank": straggler.rank,
+                "median_lag_ms": round(straggler.median_lag_ns / 1e6, 3),
+                "last_share": round(straggler.share, 3),
+            }
+            if suspect.id not in naming:
+                naming[suspect.id] = (suspect, evidence, straggler.since_ns)
+        for key, (suspect, evidence, since) in naming.items():
+            self._fire(out, "noncomm_slow", key, since, now_ns, (suspect,), evidence)
+        for key in self.book.open_keys(self.job, "noncomm_slow"):
+            if key not in naming and (
+                resolved := self.book.resolve(self.job, "noncomm_slow", key, now_ns)
+            ):
+                out.append(resolved)
+
+    def _check_slowdowns(self, now_ns: int, out: list[Diagnosis]) -> None:
+        self.slow_paths = []
+        for tracker in self.comms.values():
+            slowdowns = tracker.slowdowns(now_ns)
+            key = self._slow_keys.get(tracker.comm)
+            if not slowdowns:
+                if key is not None:
+                    del self._slow_keys[tracker.comm]
+                    if resolved := self.book.resolve(self.job, "comm_slow", key, now_ns):
+                        out.append(resolved)
+                continue
+            worst = max(slowdowns, key=lambda s: s.factor)
+            suspects, paths = self._slow_suspects(tracker)
+            self.slow_paths.extend(paths)
+            if key is None:
+                if paths and not suspects:
+                    if self._fabric_known:
+                        continue  # a fabric problem: the correlator names the link
+                    suspects = self._path_ports(paths)
+                key = suspects[0].id if suspects else f"comm:{tracker.comm}"
+                self._slow_keys[tracker.comm] = key
+                evidence = {
+                    "comm": tracker.comm,
+                    "op": worst.op,
+                    "slowdown": round(worst.factor, 3),
+                    "baseline_ms": round(worst.baseline_ns / 1e6, 3),
+                    "recent_ms": round(worst.recent_ns / 1e6, 3),
+                    "throughput": self._throughput_matrix(tracker),
+                }
+                self._fire(out, "comm_slow", key, worst.since_ns, now_ns, suspects, evidence)
+
+    def _slow_suspects(
+        self, tracker: CommTracker
+    ) -> tuple[tuple[SuspectScore, ...], list[SlowPath]]:
+        samples = [s for s in tracker.recent_conns() if s.busy_ns > 0]
+        if not samples:
+            return (), []
+        typical = median(s.nbytes / s.busy_ns for s in samples)
+        slow = [s for s in samples if s.nbytes / s.busy_ns < typical * self.params.slow_conn_share]
+        votes: Counter[str] = Counter()
+        connections: dict[tuple[int, int], ConnSample] = {}
+        for sample in slow:
+            connections[(sample.rank, sample.peer)] = sample
+        for rank, peer in connections:
+            for member in (tracker.members[rank], tracker.members[peer]):
+                port = self._port_of(member)
+                if port is not None:
+                    votes[port] += 1
+        if votes:
+            port, count = votes.most_common(1)[0]
+            if count >= 2 and (len(votes) == 1 or votes.most_common(2)[1][1] < count):
+                score = 0.97 if self._ports.errors_rising(port) else 0.9
+                return (SuspectScore("port", port, score),), []
+        paths = []
+        for (rank, peer), _ in connections.items():
+            src, dst = self._port_of(tracker.members[rank]), self._port_of(tracker.members[peer])
+            if src is None or dst is None:
+                continue
+            flow = f"{self.job}/{tracker.comm}/{rank}->{peer}"
+            paths.append(SlowPath(self.job, flow, src, dst, self._routes.via(flow)))
+        return (), paths
+
+    @staticmethod
+    def _path_ports(paths: list[SlowPath]) -> tuple[SuspectScore, ...]:
+        ports = Counter(p for path in paths for p in (path.src_port, path.dst_port))
+        return tuple(SuspectScore("port", port, 0.4) for port, _ in ports.most_common(4))
+
+    def _throughput_matrix(self, tracker: CommTracker) -> list[list[float]]:
+        """Recent throughput (Gbit/s) per connection: [rank, peer, gbps] rows, for the heatmap."""
+        rows: dict[tuple[int, int], list[float]] = {}
+        for sample in tracker.recent_conns():
+            if sample.busy_ns > 0:
+                rows.setdefault((sample.rank, sample.peer), []).append(
+                    8 * sample.nbytes / sample.busy_ns
+                )
+        return [[r, p, round(median(v), 2)] for (r, p), v in sorted(rows.items())[:256]]
+
+    def close(self, now_ns: int) -> list[Diagnosis]:
+        """Resolve every open finding (the job stopped)."""
+        return self.book.resolve_all(now_ns)

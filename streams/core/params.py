@@ -1,0 +1,65 @@
+"""Detector parameters: sane defaults, overridable per job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from streams import StreamsError
+
+NS_PER_S = 1_000_000_000
+
+
+class ParamsError(StreamsError):
+    """A detector parameter is unknown or out of range."""
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorParams:
+    """Thresholds and window sizes of the detectors (times in event-time nanoseconds)."""
+
+    # A hang fires after max(hang_min_ns, hang_factor x the communicator's median op time).
+    hang_min_ns: int = 5 * NS_PER_S
+    hang_factor: float = 20.0
+    # A rank (or a node's every rank) silent this long is gone, not waiting.
+    silent_after_ns: int = 3 * NS_PER_S
+    # Straggler: the same member is the last to enter in this share of the recent ops.
+    straggler_window: int = 30
+    straggler_min_ops: int = 20
+    straggler_share: float = 0.6
+    straggler_resolve_share: float = 0.3
+    straggler_min_lag_ns: int = 500_000
+    # Communication slowdown: recent transfer time over the baseline by this factor.
+    slow_baseline_ops: int = 20
+    slow_recent_ops: int = 8
+    slow_factor: float = 1.3
+    slow_resolve_factor: float = 1.12
+    # A connection is slow below this share of the job's median connection throughput.
+    slow_conn_share: float = 0.8
+    # Link counters: symbol errors per interval that count as a degraded port.
+    symbol_err_per_s: float = 1.0
+    retrans_per_s: float = 1.0
+    # How often (event time) the timers of every tracked job are checked.
+    tick_ns: int = 250_000_000
+
+    def with_overrides(self, overrides: dict[str, Any]) -> DetectorParams:
+        """These parameters with some replaced (e.g. from a job's configuration)."""
+        known = {field.name: field.type for field in fields(self)}
+        for name, value in overrides.items():
+            if name not in known:
+                message = f"unknown detector parameter {name!r}"
+                raise ParamsError(message)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                message = f"detector parameter {name} must be a non-negative number, got {value!r}"
+                raise ParamsError(message)
+        typed: dict[str, Any] = {
+            name: (int(value) if isinstance(getattr(self, name), int) else float(value))
+            for name, value in overrides.items()
+        }
+        return replace(self, **typed)
+
+    def hang_after_ns(self, median_op_ns: float | None) -> int:
+        """How long without progress makes a hang, given the typical operation time."""
+        if median_op_ns is None:
+            return self.hang_min_ns
+        return max(self.hang_min_ns, int(self.hang_factor * median_op_ns))

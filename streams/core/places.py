@@ -1,0 +1,80 @@
+"""Where things are: rank -> GPU -> node, port ids, and which job uses a GPU or port."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from schemas.messages import Job
+
+
+def gpu_id(node: str, gpu: int) -> str:
+    """The contract's GPU id, ``node-003/gpu1``."""
+    return f"{node}/gpu{gpu}"
+
+
+def port_id(node: str, port: str) -> str:
+    """The contract's global NIC port id, ``node-003/mlx5_0:1``."""
+    return f"{node}/{port}"
+
+
+def rank_id(job: str, global_rank: int) -> str:
+    """The contract's rank id, ``job-42/rank3`` (global rank)."""
+    return f"{job}/rank{global_rank}"
+
+
+class PortHealth(Protocol):
+    """What the link counters say of a NIC port (global id)."""
+
+    def is_down(self, port: str) -> bool:
+        """The port reported state down."""
+        ...
+
+    def errors_rising(self, port: str) -> bool:
+        """Symbol errors or retransmissions grow on the port."""
+        ...
+
+
+class Routes(Protocol):
+    """The planned spine of a connection, when a route plan is known."""
+
+    def via(self, flow: str) -> str | None:
+        """The spine of flow ``job/comm/rank->peer``, or None when unknown."""
+        ...
+
+
+class PlacementIndex:
+    """Which job runs on each GPU and port, from the ``c4.job.v1`` messages."""
+
+    def __init__(self) -> None:
+        self._by_gpu: dict[str, str] = {}
+        self._by_port: dict[str, str] = {}
+        self._places: dict[str, tuple[list[str], list[str]]] = {}
+
+    def update(self, job: Job) -> None:
+        """Record (or, for a stopped job, forget) the places of one job."""
+        self.forget(job.job)
+        if job.state == "stopped":
+            return
+        gpus = [gpu_id(p.node, p.gpu) for p in job.ranks if p.gpu is not None]
+        ports = [port_id(p.node, p.port) for p in job.ranks if p.port is not None]
+        for gpu in gpus:
+            self._by_gpu[gpu] = job.job
+        for port in ports:
+            self._by_port[port] = job.job
+        self._places[job.job] = (gpus, ports)
+
+    def forget(self, job: str) -> None:
+        """Drop every place of a job."""
+        gpus, ports = self._places.pop(job, ([], []))
+        for gpu in gpus:
+            self._by_gpu.pop(gpu, None)
+        for port in ports:
+            self._by_port.pop(port, None)
+
+    def job_of_gpu(self, gpu: str) -> str | None:
+        """The job running on a GPU (``node/gpuN``)."""
+        return self._by_gpu.get(gpu)
+
+    def job_of_port(self, port: str) -> str | None:
+        """The job whose ranks use a NIC port (global id)."""
+        return self._by_port.get(port)

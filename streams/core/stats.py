@@ -1,0 +1,69 @@
+"""Small robust statistics over bounded windows."""
+
+from __future__ import annotations
+
+from collections import deque
+from statistics import median
+
+
+class Window:
+    """The last ``size`` samples and their median."""
+
+    __slots__ = ("_samples",)
+
+    def __init__(self, size: int) -> None:
+        self._samples: deque[float] = deque(maxlen=size)
+
+    def add(self, value: float) -> None:
+        """Append a sample, dropping the oldest past the window's size."""
+        self._samples.append(value)
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def median(self) -> float | None:
+        """The median of the window, None while empty."""
+        return median(self._samples) if self._samples else None
+
+
+class Baseline:
+    """A hopping baseline: median of older samples vs median of the recent ones.
+
+    While a slowdown is open the baseline is frozen, so the slow samples never become
+    the new normal and the finding resolves only when the operations are fast again.
+    """
+
+    __slots__ = ("_history", "_recent", "_frozen")
+
+    def __init__(self, baseline_size: int, recent_size: int) -> None:
+        self._history: deque[float] = deque(maxlen=baseline_size + recent_size)
+        self._recent = recent_size
+        self._frozen: float | None = None
+
+    def add(self, value: float) -> None:
+        """Record one sample."""
+        self._history.append(value)
+
+    def ready(self) -> bool:
+        """Whether enough samples exist to compare recent against baseline."""
+        return len(self._history) == self._history.maxlen
+
+    def baseline(self) -> float:
+        """The reference value (frozen while a slowdown is open)."""
+        if self._frozen is not None:
+            return self._frozen
+        older = list(self._history)[: -self._recent]
+        return median(older)
+
+    def recent(self) -> float:
+        """The median of the most recent samples."""
+        return median(list(self._history)[-self._recent :])
+
+    def freeze(self) -> None:
+        """Keep the current baseline until `thaw`."""
+        if self._frozen is None:
+            self._frozen = self.baseline()
+
+    def thaw(self) -> None:
+        """Let the baseline follow the samples again."""
+        self._frozen = None

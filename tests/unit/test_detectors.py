@@ -1,0 +1,175 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from schemas.messages import Diagnosis, Gpu, Link, LinkCounters
+from streams.core.engine import Engine
+from tests.unit.ring_job import MS, RingJob
+
+S = 1_000_000_000
+
+
+def diagnose(job: RingJob) -> list[Diagnosis]:
+    engine = Engine()
+    out = list(engine.process(job.job_message()))
+    for message in job.messages():
+        out.extend(engine.process(message))
+    out.extend(engine.check(engine.now_ns))
+    return out
+
+
+@dataclass(frozen=True)
+class Expect:
+    name: str
+    job: RingJob
+    cls: str | None  # None: a healthy run, no finding at all
+    suspect: str | None = None
+
+
+CASES = [
+    Expect("healthy", RingJob(), None),
+    Expect("healthy with jitter", RingJob(jitter=0.03, seed=7), None),
+    Expect("healthy with checkpoint", RingJob(pause=(50, 8 * S)), None),
+    Expect("straggler gpu", RingJob(slow_rank={5: (20, 1.15)}), "noncomm_slow", "node-000/gpu5"),
+    Expect(
+        "straggler on 2nd node",
+        RingJob(n=24, slow_rank={19: (10, 1.3)}),
+        "noncomm_slow",
+        "node-002/gpu3",
+    ),
+    Expect("stuck process", RingJob(stuck_rank={11: 40}), "noncomm_hang", "node-001/gpu3"),
+    Expect("node down", RingJob(n=24, dead_node={1: 40}), "node_down", "node-001"),
+    Expect("stalled collective", RingJob(stall_at=50), "comm_hang", None),
+    Expect("degraded port", RingJob(slow_port={6: (40, 0.5)}), "comm_slow", "node-000/mlx5_6:1"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_detector_table(case: Expect) -> None:
+    found = diagnose(case.job)
+    firing = [d for d in found if d.state == "firing"]
+    if case.cls is None:
+        assert firing == []
+        return
+    assert firing, "nothing found"
+    assert {d.class_ for d in firing} == {case.cls}, [(d.class_, d.suspects) for d in firing]
+    first = firing[0]
+    if case.suspect is not None:
+        assert first.suspects[0].id == case.suspect
+    assert first.job == "job-1"
+
+
+def test_each_finding_fires_once_and_ids_are_stable() -> None:
+    job = RingJob(slow_rank={5: (20, 1.2)})
+    first = diagnose(job)
+    again = diagnose(job)
+    assert [d.id for d in first] == [d.id for d in again]
+    firing = [d for d in first if d.state == "firing"]
+    assert len(firing) == len({d.id for d in firing}) == 1
+
+
+def test_straggler_resolves_when_it_recovers() -> None:
+    found = diagnose(RingJob(ops=200, slow_rank={5: (20, 1.2)}, slow_until=100))
+    assert [(d.class_, d.state) for d in found] == [
+        ("noncomm_slow", "firing"),
+        ("noncomm_slow", "resolved"),
+    ]
+    assert found[0].id == found[1].id
+    assert found[1].ts_ns > found[0].ts_ns
+
+
+def test_hang_fires_after_hang_after_of_event_time() -> None:
+    found = diagnose(RingJob(stuck_rank={11: 40}))
+    hang = next(d for d in found if d.class_ == "noncomm_hang")
+    assert 5 * S <= hang.ts_ns - hang.onset_ns <= 7 * S
+    assert hang.evidence["missing_ranks"] == [11]
+
+
+def test_op_time_scales_hang_after() -> None:
+    slow_ops = RingJob(compute_ns=400 * MS, transfer_ns=600 * MS, stuck_rank={3: 20}, ops=40)
+    hang = next(d for d in diagnose(slow_ops) if d.class_ == "noncomm_hang")
+    # 20 x the median operation time (~0.6 s) = ~12 s, more than the 5 s floor
+    assert hang.ts_ns - hang.onset_ns >= 11 * S
+
+
+def test_comm_hang_names_the_port_that_went_down() -> None:
+    job = RingJob(stall_at=50)
+    engine = Engine()
+    engine.process(job.job_message())
+    found = []
+    down_sent = False
+    for message in job.messages():
+        if not down_sent and message.ts_ns >= T0_PLUS(11):
+            found.extend(engine.process(link("node-001", "mlx5_2:1", message.ts_ns, "down", 1)))
+            down_sent = True
+        found.extend(engine.process(message))
+    classes = {(d.class_, d.suspects[0].id) for d in found if d.state == "firing"}
+    assert ("link_down", "node-001/mlx5_2:1") in classes
+    assert ("comm_hang", "node-001/mlx5_2:1") in classes
+    link_down = next(d for d in found if d.class_ == "link_down")
+    assert link_down.job == "job-1"  # the port's job, from the placement
+
+
+def T0_PLUS(seconds: int) -> int:  # noqa: N802 - reads as a time
+    from tests.unit.ring_job import T0
+
+    return T0 + seconds * S
+
+
+def link(node: str, port: str, ts: int, state: str, downs: int, symbol_err: int = 0) -> Link:
+    return Link(
+        v=1,
+        kind="link",
+        node=node,
+        port=port,
+        ts_ns=ts,
+        state=state,
+        gbps=200,
+        counters=LinkCounters(link_down=downs, symbol_err=symbol_err),
+    )
+
+
+def test_link_counters_fire_and_resolve() -> None:
+    engine = Engine()
+    out = []
+    errors = 0
+    for second in range(20):
+        errors += 50 if 5 <= second < 10 else 0
+        out.extend(engine.process(link("node-3", "mlx5_0:1", T0_PLUS(second), "up", 0, errors)))
+    assert [(d.class_, d.state) for d in out] == [
+        ("link_degraded", "firing"),
+        ("link_degraded", "resolved"),
+    ]
+    assert out[0].suspects[0].id == "node-3/mlx5_0:1" and out[0].job is None
+
+
+def test_counter_reset_is_not_an_error_burst() -> None:
+    engine = Engine()
+    out = []
+    for second, value in enumerate([100, 100, 0, 0, 0]):
+        out.extend(engine.process(link("node-3", "mlx5_0:1", T0_PLUS(second), "up", 0, value)))
+    assert out == []
+
+
+@pytest.mark.parametrize(
+    ("xids", "fires"), [((79,), True), ((48,), True), ((13,), False), ((31, 43), False)]
+)
+def test_gpu_xids(xids: tuple[int, ...], fires: bool) -> None:
+    engine = Engine()
+    message = Gpu(v=1, kind="gpu", node="node-2", gpu=4, ts_ns=T0_PLUS(1), xid=xids)
+    out = engine.process(message)
+    assert bool(out) is fires
+    if fires:
+        assert out[0].class_ == "gpu_fault" and out[0].suspects[0].id == "node-2/gpu4"
+
+
+def test_job_parameters_override_defaults() -> None:
+    engine = Engine(job_params={"job-1": {"hang_min_ns": 12 * S}})
+    job = RingJob(stuck_rank={11: 40})
+    out = list(engine.process(job.job_message()))
+    for message in job.messages():
+        out.extend(engine.process(message))
+    hang = next(d for d in out if d.class_ == "noncomm_hang")
+    assert hang.ts_ns - hang.onset_ns >= 12 * S
