@@ -29,11 +29,13 @@ class RingJob:
     slow_until: int | None = None  # op from which the slow ranks are fast again
     pause: tuple[int, int] | None = None  # (before op, pause ns): a job-wide checkpoint
     stall_at: int | None = None  # op every rank enters and none finishes (a dead link)
+    slow_conn: dict[int, tuple[int, float]] = field(default_factory=dict)  # r->r+1: (op, share)
+    first_node: int = 0
     job: str = "job-1"
     comm: str = "c0"
 
     def place(self, rank: int) -> tuple[str, int, str]:
-        node = f"node-{rank // 8:03d}"
+        node = f"node-{self.first_node + rank // 8:03d}"
         return node, rank % 8, f"mlx5_{rank % 8}:1"
 
     def job_message(self) -> Job:
@@ -74,7 +76,9 @@ class RingJob:
                 if self.stuck_rank.get(r, self.ops + 1) <= op:
                     continue
                 enters[r] = t + int(self.compute_ns * factor * (1 + rng.gauss(0, self.jitter)))
-            share = min([bw for r, (start, bw) in self.slow_port.items() if op >= start] or [1.0])
+            shares = [bw for r, (start, bw) in self.slow_port.items() if op >= start]
+            shares += [bw for r, (start, bw) in self.slow_conn.items() if op >= start]
+            share = min(shares or [1.0])
             transfer = int(self.transfer_ns / share * (1 + rng.gauss(0, self.jitter / 2)))
             complete = len(enters) == self.n and op != self.stall_at
             end = max(enters.values()) + transfer if enters else t
@@ -82,7 +86,11 @@ class RingJob:
                 records[r].append((op, enter, end if complete else None))
                 if complete:
                     degraded = {p for p, (start, _) in self.slow_port.items() if op >= start}
-                    slow = r in degraded or (r + 1) % self.n in degraded
+                    slow = (
+                        r in degraded
+                        or (r + 1) % self.n in degraded
+                        or (r in self.slow_conn and op >= self.slow_conn[r][0])
+                    )
                     busy = int(transfer if slow else self.transfer_ns)
                     conn_records[r].append((end, 64 * MS, busy))
             if not complete:

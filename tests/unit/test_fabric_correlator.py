@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+from schemas.files import FabricLink, Switch, Topology, TopologyNode, TopologyPort
+from schemas.messages import Diagnosis, Route, RoutePath
+from streams.core.engine import Engine
+from tests.unit.ring_job import MS, T0, RingJob
+
+# node-000 and node-002 hang off leaf-a0, node-001 off leaf-a1, node-003 off leaf-a2.
+LEAF_OF = {0: "leaf-a0", 1: "leaf-a1", 2: "leaf-a0", 3: "leaf-a2"}
+LEAVES = ("leaf-a0", "leaf-a1", "leaf-a2")
+
+
+def topology() -> Topology:
+    nodes = tuple(
+        TopologyNode(
+            id=f"node-{i:03d}",
+            gpus=8,
+            ports=tuple(
+                TopologyPort(id=f"mlx5_{g}:1", leaf=LEAF_OF[i], gbps=200.0) for g in range(8)
+            ),
+        )
+        for i in range(4)
+    )
+    switches = (
+        *(Switch(id=leaf, tier=1) for leaf in LEAVES),
+        Switch(id="spine-a-0", tier=2),
+        Switch(id="spine-a-1", tier=2),
+    )
+    links = tuple(
+        FabricLink(id=f"{leaf}~{spine}", a=leaf, b=spine, gbps=400.0)
+        for leaf in LEAVES
+        for spine in ("spine-a-0", "spine-a-1")
+    )
+    return Topology(v=1, kind="topology", nodes=nodes, switches=switches, links=links)
+
+
+def routes(job: RingJob) -> list[Route]:
+    """Every ring connection's planned spine: node-crossing ones alternate the spines."""
+    out = []
+    for rank in range(job.n):
+        node, _, port = job.place(rank)
+        flow = f"{job.job}/{job.comm}/{rank}->{(rank + 1) % job.n}"
+        via = "spine-a-0" if rank == 7 else "spine-a-1"
+        out.append(
+            Route(
+                v=1,
+                kind="route",
+                node=node,
+                ts_ns=T0,
+                plan="p-1",
+                paths=(RoutePath(flow=flow, port=port, via=via),),
+            )
+        )
+    return out
+
+
+def run(jobs: list[RingJob], with_topology: bool = True) -> list[Diagnosis]:
+    engine = Engine(topology=topology() if with_topology else None)
+    out: list[Diagnosis] = []
+    for job in jobs:
+        out.extend(engine.process(job.job_message()))
+        for route in routes(job):
+            out.extend(engine.process(route))
+    messages = sorted((m for job in jobs for m in job.messages()), key=lambda m: m.ts_ns)
+    for message in messages:
+        out.extend(engine.process(message))
+    return out
+
+
+def two_jobs(slow: bool) -> list[RingJob]:
+    # rank 7 -> 8 crosses leaf-a0 -> spine-a-0, then to leaf-a1 (job-1) or leaf-a2 (job-2)
+    conn = {7: (40, 0.5)} if slow else {}
+    return [
+        RingJob(job="job-1", first_node=0, slow_conn=dict(conn), transfer_ns=20 * MS),
+        RingJob(job="job-2", first_node=2, slow_conn=dict(conn), seed=2),
+    ]
+
+
+def test_shared_link_named_once_for_all_jobs() -> None:
+    found = [d for d in run(two_jobs(slow=True)) if d.state == "firing"]
+    assert [(d.class_, d.job, d.suspects[0].id) for d in found] == [
+        ("link_degraded", None, "leaf-a0~spine-a-0")
+    ]
+
+
+def test_healthy_fabric_names_nothing() -> None:
+    assert run(two_jobs(slow=False)) == []
+
+
+def test_without_topology_the_job_names_the_ports_of_its_slow_path() -> None:
+    found = [d for d in run(two_jobs(slow=True)[:1], with_topology=False) if d.state == "firing"]
+    assert [d.class_ for d in found] == ["comm_slow"]
+    assert {s.id for s in found[0].suspects} == {"node-000/mlx5_7:1", "node-001/mlx5_0:1"}
+
+
+def test_paths_of_one_leaf_pair_name_the_spine_they_share() -> None:
+    # Both links of one path are equally suspect: the spine they share is named instead.
+    jobs = two_jobs(slow=True)
+    jobs[1] = RingJob(job="job-2", first_node=0, slow_conn={7: (40, 0.5)}, seed=2, comm="c1")
+    found = [d for d in run(jobs) if d.state == "firing"]
+    assert [(d.class_, d.suspects[0].type, d.suspects[0].id) for d in found] == [
+        ("link_degraded", "switch", "spine-a-0")
+    ]
