@@ -125,12 +125,27 @@ class CommTracker:
         if message.gpu is not None:
             member.gpu = message.gpu
         ops = message.ops
+        ts_ns = message.ts_ns
+        pending = self.pending
+        # The hot loop of the detector: one iteration per reported operation, kept inline.
         for seq, op, nbytes, enter, end in zip(
             ops.seq, ops.op, ops.bytes, ops.enter_ns, ops.end_ns, strict=True
         ):
-            if seq < self.floor or seq in self.completed:
-                continue
-            self._record(seq, op, nbytes, rank, enter, end, message.ts_ns)
+            state = pending.get(seq)
+            if state is None:
+                if seq < self.floor or seq in self.completed:
+                    continue  # a late re-report of a finished operation
+                state = self._open(seq, op, nbytes, ts_ns)
+            if state.enter[rank] == NOT_YET:
+                state.enter[rank] = enter
+                state.entered += 1
+                if state.entered == self.size:
+                    state.all_entered_ns = ts_ns
+            if end is not None and state.end[rank] == NOT_YET:
+                state.end[rank] = end
+                state.ended += 1
+                if state.ended == self.size:
+                    self._complete(seq, state)
         if message.conns is not None:
             samples = self.conns.setdefault(rank, deque(maxlen=64))
             conns = message.conns
@@ -141,29 +156,16 @@ class CommTracker:
                 if member.port is None:
                     member.port = port
 
-    def _record(
-        self, seq: int, op: str, nbytes: int, rank: int, enter: int, end: int | None, ts_ns: int
-    ) -> None:
-        state = self.pending.get(seq)
-        if state is None:
-            if len(self.pending) >= MAX_PENDING:
-                # Bounded memory: the oldest unfinished operation is given up on.
-                oldest = min(self.pending)
-                del self.pending[oldest]
-                self._mark_done(oldest)
-            state = SeqState(op, nbytes, [NOT_YET] * self.size, [NOT_YET] * self.size)
-            state.first_seen_ns = ts_ns
-            self.pending[seq] = state
-        if state.enter[rank] == NOT_YET:
-            state.enter[rank] = enter
-            state.entered += 1
-            if state.entered == self.size:
-                state.all_entered_ns = ts_ns
-        if end is not None and state.end[rank] == NOT_YET:
-            state.end[rank] = end
-            state.ended += 1
-            if state.ended == self.size:
-                self._complete(seq, state)
+    def _open(self, seq: int, op: str, nbytes: int, ts_ns: int) -> SeqState:
+        if len(self.pending) >= MAX_PENDING:
+            # Bounded memory: the oldest unfinished operation is given up on.
+            oldest = min(self.pending)
+            del self.pending[oldest]
+            self._mark_done(oldest)
+        state = SeqState(op, nbytes, [NOT_YET] * self.size, [NOT_YET] * self.size)
+        state.first_seen_ns = ts_ns
+        self.pending[seq] = state
+        return state
 
     def _mark_done(self, seq: int) -> None:
         self.completed[seq] = None
