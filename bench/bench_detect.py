@@ -101,6 +101,7 @@ def main() -> int:
         engine.process(message)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
+    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
     ops_per_s = ops / elapsed
     ops_with_decode = ops / (elapsed + decode_s * len(messages))
     rows = [
@@ -110,10 +111,7 @@ def main() -> int:
         ("engine ops/s (median of runs)", f"{ops_per_s:,.0f}"),
         ("engine + decode ops/s", f"{ops_with_decode:,.0f}"),
         ("messages/s", f"{len(messages) / elapsed:,.0f}"),
-        (
-            "latency per message p50 / p99 (us)",
-            f"{1e6 * latencies[len(latencies) // 2]:.0f} / {1e6 * latencies[int(len(latencies) * 0.99)]:.0f}",
-        ),
+        ("latency per message p50 / p99 (us)", f"{1e6 * p50:.0f} / {1e6 * p99:.0f}"),
         ("decode per message (us)", f"{1e6 * decode_s:.0f}"),
         ("peak memory per tracked rank (KiB)", f"{peak / args.ranks / 1024:.1f}"),
         ("target (baseline) ops/s", f"{TARGET_OPS_PER_S:,}"),
