@@ -108,10 +108,13 @@ class CommTracker:
     slow_since: dict[tuple[str, int], int] = field(default_factory=dict)
     conns: dict[int, deque[ConnSample]] = field(default_factory=dict)
     ops_seen: int = 0
+    periods: Window = field(init=False)
+    last_end_ns: int | None = None
 
     def __post_init__(self) -> None:
         self.members = [Member() for _ in range(self.size)]
         self.spans = Window(64)
+        self.periods = Window(64)
         self.last_entrants = deque(maxlen=self.params.straggler_window)
 
     def ingest(self, message: Collective) -> None:
@@ -183,6 +186,10 @@ class CommTracker:
         last = durations.index(shortest)
         middle = median(durations)
         self.spans.add(max(durations))
+        finished = max(state.end)
+        if self.last_end_ns is not None and finished > self.last_end_ns:
+            self.periods.add(finished - self.last_end_ns)
+        self.last_end_ns = finished
         if self.size > 2:
             self.last_entrants.append((last, middle - shortest, max(state.end)))
         key = (state.op, state.nbytes.bit_length())
@@ -234,7 +241,10 @@ class CommTracker:
             if rank == currently
             else self.params.straggler_share
         )
-        if share < threshold or lag < self.params.straggler_min_lag_ns:
+        # A lag within normal compute jitter is no straggler, however often it is the same rank.
+        period = self.periods.median() or 0.0
+        floor = max(self.params.straggler_min_lag_ns, self.params.straggler_min_lag_share * period)
+        if share < threshold or lag < floor:
             return None
         since = next(end for r, _, end in window if r == rank)
         return Straggler(rank, share, lag, since)

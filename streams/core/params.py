@@ -29,6 +29,9 @@ class DetectorParams:
     straggler_share: float = 0.6
     straggler_resolve_share: float = 0.3
     straggler_min_lag_ns: int = 500_000
+    # ... and its lag is at least this share of the time between operations (a 10% slower
+    # GPU lags by ~10% of an iteration; persistent 1-2% differences are normal).
+    straggler_min_lag_share: float = 0.04
     # Communication slowdown: recent transfer time over the baseline by this factor.
     slow_baseline_ops: int = 20
     slow_recent_ops: int = 8

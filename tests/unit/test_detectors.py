@@ -39,6 +39,8 @@ CASES = [
         "noncomm_slow",
         "node-002/gpu3",
     ),
+    Expect("2% slower gpu is normal", RingJob(slow_rank={5: (0, 1.02)}), None),
+    Expect("10% slower gpu", RingJob(slow_rank={2: (20, 1.10)}), "noncomm_slow", "node-000/gpu2"),
     Expect("stuck process", RingJob(stuck_rank={11: 40}), "noncomm_hang", "node-001/gpu3"),
     Expect("node down", RingJob(n=24, dead_node={1: 40}), "node_down", "node-001"),
     Expect("stalled collective", RingJob(stall_at=50), "comm_hang", None),
@@ -173,3 +175,11 @@ def test_job_parameters_override_defaults() -> None:
         out.extend(engine.process(message))
     hang = next(d for d in out if d.class_ == "noncomm_hang")
     assert hang.ts_ns - hang.onset_ns >= 12 * S
+
+
+def test_ten_percent_straggler_named_within_fifty_operations() -> None:
+    job = RingJob(slow_rank={2: (20, 1.10)})
+    slow = next(d for d in diagnose(job) if d.class_ == "noncomm_slow")
+    period_ns = job.compute_ns + job.transfer_ns
+    onset_ns = T0_PLUS(0) + 20 * period_ns
+    assert slow.ts_ns - onset_ns <= 50 * period_ns
