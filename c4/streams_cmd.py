@@ -19,11 +19,14 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here: Faust is heavy and only this subcommand needs it.
     import faust
 
-    from streams.app import create_app
+    from streams.app import create_detection_app
+    from streams.core.engine import Engine
+    from streams.live import LiveDetection
 
-    app = create_app(
+    app = create_detection_app(
         args.app_id,
         faust_broker_url(settings.kafka_bootstrap),
+        LiveDetection(Engine(), clock_rate=args.clock_rate),
         partitions=settings.topic_partitions,
         web_port=args.web_port,
         web_bind=args.web_bind,
@@ -42,6 +45,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument("--web-port", type=int, default=6066, help="Faust web port (127.0.0.1)")
     worker.add_argument(
         "--web-bind", default="127.0.0.1", help="address of the web server (0.0.0.0 in a container)"
+    )
+    worker.add_argument(
+        "--clock-rate",
+        type=float,
+        default=1.0,
+        help="event seconds per wall second while silent (a sped-up simulator: its speed)",
     )
     worker.add_argument("--loglevel", default="info", choices=("debug", "info", "warn", "error"))
     worker.set_defaults(handler=_run)

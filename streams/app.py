@@ -13,14 +13,26 @@ from typing import Any
 import faust
 
 from schemas.base import C4Model
-from schemas.codec import RejectCode, Rejection
-from schemas.topics import COLLECTIVE, DEADLETTER, GPU, JOB, LINK, Topic
+from schemas.codec import RejectCode, Rejection, encode
+from schemas.messages import Diagnosis
+from schemas.topics import (
+    COLLECTIVE,
+    DEADLETTER,
+    DIAGNOSIS,
+    FABRIC_KEY,
+    GPU,
+    JOB,
+    LINK,
+    ROUTE,
+    Topic,
+)
 from streams.intake import decoded, send_dead_letter
+from streams.live import LiveDetection
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str | None, C4Model], Awaitable[None]]
-INPUT_TOPICS: tuple[Topic, ...] = (COLLECTIVE, LINK, GPU, JOB)
+INPUT_TOPICS: tuple[Topic, ...] = (COLLECTIVE, LINK, GPU, JOB, ROUTE)
 
 
 async def log_only(key: str | None, message: C4Model) -> None:
@@ -44,7 +56,7 @@ def create_app(
     ``topic_names`` renames topics by kind (tests use unique names); ``handlers`` says what
     to do with each decoded kind; ``web_port`` None disables Faust's web server.
     """
-    names = {topic.kind: topic.name for topic in (*INPUT_TOPICS, DEADLETTER)}
+    names = {topic.kind: topic.name for topic in (*INPUT_TOPICS, DEADLETTER, DIAGNOSIS)}
     names.update(topic_names or {})
     app = faust.App(
         app_id,
@@ -88,3 +100,48 @@ def _decoding_agent(
 
     agent.__name__ = f"decode_{kind}"
     return agent
+
+
+def create_detection_app(
+    app_id: str,
+    broker: str,
+    live: LiveDetection,
+    *,
+    partitions: int = 8,
+    topic_names: Mapping[str, str] | None = None,
+    web_port: int | None = None,
+    web_bind: str = "127.0.0.1",
+    tick_s: float = 0.5,
+) -> faust.App:
+    """The detection app: every input kind feeds ``live``; diagnoses go to their topic."""
+    names = {topic.kind: topic.name for topic in (*INPUT_TOPICS, DEADLETTER, DIAGNOSIS)}
+    names.update(topic_names or {})
+    holder: dict[str, Any] = {}
+
+    async def publish(found: list[Diagnosis]) -> None:
+        for diagnosis in found:
+            key = diagnosis.job if diagnosis.job is not None else FABRIC_KEY
+            await holder["diagnoses"].send(key=key.encode(), value=encode(diagnosis))
+
+    async def feed(key: str | None, message: C4Model) -> None:
+        await publish(live.on_message(message))
+
+    app = create_app(
+        app_id,
+        broker,
+        partitions=partitions,
+        topic_names=names,
+        handlers={topic.kind: feed for topic in INPUT_TOPICS},
+        web_port=web_port,
+        web_bind=web_bind,
+    )
+    holder["diagnoses"] = app.topic(
+        names["diagnosis"], key_serializer="raw", value_serializer="raw", partitions=partitions
+    )
+
+    async def advance_clock() -> None:
+        await publish(live.on_timer())
+
+    app.timer(interval=tick_s)(advance_clock)
+
+    return app
