@@ -8,10 +8,31 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from c4 import C4Error, diagnose_cmd, doctor, schemas_cmd, stack, streams_cmd, topics, validate
+from c4 import (
+    C4Error,
+    diagnose_cmd,
+    doctor,
+    plan_cmd,
+    schemas_cmd,
+    stack,
+    streams_cmd,
+    topics,
+    topology_cmd,
+    validate,
+)
 from c4.settings import load_settings
 
-SUBCOMMANDS = (validate, schemas_cmd, stack, topics, doctor, streams_cmd, diagnose_cmd)
+SUBCOMMANDS = (
+    validate,
+    schemas_cmd,
+    stack,
+    topics,
+    doctor,
+    streams_cmd,
+    diagnose_cmd,
+    topology_cmd,
+    plan_cmd,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -83,11 +83,16 @@ class Fabric:
     leaf_plane: tuple[int, ...]
     spine_plane: tuple[int, ...]
     plane_spines: tuple[tuple[int, ...], ...]
+    # Per plane: every leaf linked to every spine (then any two leaves share all spines).
+    full_mesh: tuple[bool, ...]
     link_ids: tuple[str, ...]
     link_index: Mapping[str, int]
     link_gbps: tuple[float, ...]
     # Per leaf: spine index -> link index of the leaf~spine link.
     uplinks: tuple[Mapping[int, int], ...]
+    # Per link: its leaf (a cable's leaf, or the leaf end) and its spine (-1 for a cable).
+    link_leaf: tuple[int, ...]
+    link_spine: tuple[int, ...]
     # Capacity per directed link (index 2 * link + direction), for flat-list arithmetic.
     directed_gbps: tuple[float, ...]
     _common: dict[tuple[int, int], tuple[int, ...]] = field(
@@ -215,6 +220,8 @@ def _build(topology: Topology) -> Fabric:
     port_ids = tuple(ports)
     link_ids: list[str] = list(port_ids)
     link_gbps: list[float] = [port.gbps for port in ports.values()]
+    link_leaf: list[int] = list(port_leaf)
+    link_spine: list[int] = [-1] * len(port_ids)
     uplinks: list[dict[int, int]] = [{} for _ in leaves]
     for link in topology.links:
         if tiers[link.a] == tiers[link.b]:
@@ -235,6 +242,8 @@ def _build(topology: Topology) -> Fabric:
         own[spine_index[spine]] = len(link_ids)
         link_ids.append(link.id)
         link_gbps.append(link.gbps)
+        link_leaf.append(leaf_index[leaf])
+        link_spine.append(spine_index[spine])
     leaf_plane, spine_plane, planes = _planes(leaves, spines, uplinks)
     plane_spines = tuple(tuple(spine_index[s] for s in plane.spines) for plane in planes)
     directed = tuple(gbps for gbps in link_gbps for _ in (UP, DOWN))
@@ -251,10 +260,17 @@ def _build(topology: Topology) -> Fabric:
         leaf_plane=leaf_plane,
         spine_plane=spine_plane,
         plane_spines=plane_spines,
+        full_mesh=tuple(
+            bool(spines_of)
+            and all(len(uplinks[leaf_index[leaf]]) == len(spines_of) for leaf in plane.leaves)
+            for plane, spines_of in zip(planes, plane_spines, strict=True)
+        ),
         link_ids=tuple(link_ids),
         link_index={link_id: i for i, link_id in enumerate(link_ids)},
         link_gbps=tuple(link_gbps),
         uplinks=tuple(uplinks),
+        link_leaf=tuple(link_leaf),
+        link_spine=tuple(link_spine),
         directed_gbps=directed,
     )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
+from operator import truediv
 
 from actions.planner.problem import Problem
 
@@ -53,7 +54,7 @@ class Assignment:
 
     def max_util(self) -> float:
         """The largest utilisation over every directed link (the contract's ``max_util``)."""
-        return max((x / c for x, c in zip(self.load, self.cap, strict=True) if x), default=0.0)
+        return max(map(truediv, self.load, self.cap), default=0.0)
 
     def fabric_max(self, flows: Iterable[int]) -> float:
         """The largest utilisation over the fabric links that these flows use."""
@@ -99,10 +100,12 @@ def repair(
     """Lower the most utilised fabric link by moving flows off it; returns the moves made.
 
     Looks at the fabric links of ``flows``; moves only flows in ``movable`` (default: all of
-    ``flows``). A move is a single flow to another spine, or a swap of two flows between two
-    spines (a Kempe chain of length two); each accepted move leaves every link it loads below
-    the current maximum, so the maximum never rises and the search ends. Stops at ``target``
-    (nothing can go below the lower bound) or when the worst link cannot be relieved.
+    ``flows``). A move is a single flow to another spine, or a chain of two: a flow to a
+    spine where one of its links is full, and a flow on that link to another spine (with
+    two spines exchanged, a Kempe chain of length two). Each accepted move leaves every
+    link it loads below the current maximum, so the maximum never rises and the search
+    ends. Stops at ``target`` (nothing can go below it: the lower bound, or in a replan the
+    maximum of the flows that stay) or when the worst link cannot be relieved.
     """
     repairer = _Repair(state, flows, movable)
     return repairer.run(target, max_moves if max_moves is not None else 20 * len(flows) + 100)
@@ -166,10 +169,10 @@ class _Repair:
         return False
 
     def _swap(self, f: int, link: int, limit: float) -> bool:
-        """Move f to another spine s2 and a flow h blocking it from s2 onto f's spine s1."""
+        """Move f to another spine s2, and a flow h that blocks it there to any spine s3."""
         state, p = self.state, self.state.problem
-        load, cap, spine, gbps = state.load, state.cap, state.spine, p.gbps
-        s1, g = spine[f], gbps[f]
+        load, cap, spine = state.load, state.cap, state.spine
+        s1, g = spine[f], p.gbps[f]
         for s2 in p.cands[f]:
             if s2 == s1:
                 continue
@@ -177,13 +180,16 @@ class _Repair:
             blocked = [x for x in (u, d) if (load[x] + g) / cap[x] >= limit]
             if len(blocked) != 1:
                 continue
-            for h in self.on.get(blocked[0], ()):
-                if h == f or h not in self.movable or s1 not in p.cands[h]:
+            for h in sorted(self.on.get(blocked[0], ())):
+                if h == f or h not in self.movable:
                     continue
-                changes = ((f, s2), (h, s1))
-                if self._improves(changes, link, limit):
-                    self._apply(changes)
-                    return True
+                for s3 in p.cands[h]:
+                    if s3 == spine[h]:
+                        continue
+                    changes = ((f, s2), (h, s3))
+                    if self._improves(changes, link, limit):
+                        self._apply(changes)
+                        return True
         return False
 
     def _improves(self, changes: tuple[tuple[int, int], ...], link: int, limit: float) -> bool:

@@ -57,8 +57,8 @@ def problem_bound(problem: Problem) -> float:
             entry[1][id(spines)] = spines
     for table, direction in ((out, 0), (into, 1)):
         for leaf, (demands, groups) in table.items():
-            spines = set().union(*groups.values())
-            caps = [cap[2 * uplinks[leaf][s] + direction] for s in spines]
+            usable = set().union(*groups.values())
+            caps = [cap[2 * uplinks[leaf][s] + direction] for s in usable]
             best = max(best, sum(demands) / sum(caps), _pigeonhole(demands, len(caps)) / max(caps))
     return best
 

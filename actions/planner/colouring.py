@@ -9,11 +9,19 @@ alternating path that starts at ``v``; in a bipartite graph that path never reac
 With more edges at a vertex than colours, the vertex is split into ``ceil(d / k)`` parts of at
 most ``k`` edges each before colouring; every colour then appears at most ``ceil(d / k)``
 times at the vertex, the best any assignment can do (pigeonhole).
+
+A leaf whose link to a spine is down (or missing) must not see that colour. Its parts are
+then made smaller, ``k - f`` edges for ``f`` forbidden colours, so each part keeps a free
+allowed colour; after colouring, an edge on a forbidden colour at part ``x`` takes a free
+allowed colour ``a`` of ``x`` by swapping ``a`` with its colour along the alternating path
+from ``x``, when no edge of that path lands on a colour forbidden at one of its ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Set
+
+NO_FORBIDDEN: Mapping[int, Set[int]] = {}
 
 
 def colour_edges(us: Sequence[int], vs: Sequence[int], colours: int) -> list[int]:
@@ -22,52 +30,133 @@ def colour_edges(us: Sequence[int], vs: Sequence[int], colours: int) -> list[int
     ``us[e]`` and ``vs[e]`` are the two ends of edge ``e``, numbered per side from 0.
     Raises `ValueError` when a vertex has more edges than colours.
     """
-    edges = len(us)
+    return _Colouring(us, vs, colours).colour
+
+
+def colour_balanced(
+    us: Sequence[int],
+    vs: Sequence[int],
+    colours: int,
+    forbid_u: Mapping[int, Set[int]] = NO_FORBIDDEN,
+    forbid_v: Mapping[int, Set[int]] = NO_FORBIDDEN,
+) -> list[int]:
+    """A colouring where a vertex of degree d sees each colour at most ceil(d / (k - f)) times.
+
+    ``forbid_u[u]`` (``forbid_v[v]``) are colours vertex ``u`` (``v``) should not see, ``f`` of
+    them. Best effort for those: an edge may be left on a forbidden colour; the caller checks.
+    """
     k = colours
-    at_u: list[list[int]] = [[-1] * k for _ in range(max(us, default=-1) + 1)]
-    at_v: list[list[int]] = [[-1] * k for _ in range(max(vs, default=-1) + 1)]
-    colour = [-1] * edges
-    for e in range(edges):
-        u, v = us[e], vs[e]
-        row_u, row_v = at_u[u], at_v[v]
-        # Start the search at a rotating colour: ties spread over the spines instead of
-        # piling every lightly loaded leaf onto spine 0.
-        a = _free(row_u, e % k)
-        if row_v[a] >= 0:
-            b = _free(row_v, e % k)
-            if row_u[b] < 0:
-                a = b
-            else:
-                _flip(at_u, at_v, colour, us, vs, v, a, b)
-        colour[e] = a
-        row_u[a] = e
-        row_v[a] = e
-    return colour
+    split_u, owner_u = _split(us, k, forbid_u)
+    split_v, owner_v = _split(vs, k, forbid_v)
+    colouring = _Colouring(split_u, split_v, k)
+    if forbid_u or forbid_v:
+        colouring.repair_forbidden(owner_u, owner_v, forbid_u, forbid_v)
+    return colouring.colour
 
 
-def colour_balanced(us: Sequence[int], vs: Sequence[int], colours: int) -> list[int]:
-    """A colouring where a vertex of degree d sees each colour at most ceil(d / k) times."""
-    k = colours
-    split_u = _split(us, k)
-    split_v = _split(vs, k)
-    return colour_edges(split_u, split_v, k)
-
-
-def _split(ends: Sequence[int], k: int) -> list[int]:
-    """Renumber each vertex's edges into parts of at most k edges each."""
+def _split(
+    ends: Sequence[int], k: int, forbid: Mapping[int, Set[int]]
+) -> tuple[list[int], list[int]]:
+    """Renumber each vertex's edges into parts of at most k - f edges; parts' owners."""
     seen: dict[int, int] = {}
     part: dict[tuple[int, int], int] = {}
+    owner: list[int] = []
     out: list[int] = []
     for vertex in ends:
         count = seen.get(vertex, 0)
         seen[vertex] = count + 1
-        key = (vertex, count // k)
+        size = max(1, k - len(forbid.get(vertex, ())))
+        key = (vertex, count // size)
         number = part.get(key)
         if number is None:
             number = len(part)
             part[key] = number
+            owner.append(vertex)
         out.append(number)
-    return out
+    return out, owner
+
+
+class _Colouring:
+    """The colour of every edge and, per vertex, its edge of each colour (-1: free)."""
+
+    def __init__(self, us: Sequence[int], vs: Sequence[int], k: int) -> None:
+        self.us, self.vs, self.k = us, vs, k
+        self.at_u: list[list[int]] = [[-1] * k for _ in range(max(us, default=-1) + 1)]
+        self.at_v: list[list[int]] = [[-1] * k for _ in range(max(vs, default=-1) + 1)]
+        self.colour = [-1] * len(us)
+        at_u, at_v = self.at_u, self.at_v
+        for e in range(len(us)):
+            row_u, row_v = at_u[us[e]], at_v[vs[e]]
+            # Start the search at a rotating colour: ties spread over the spines instead of
+            # piling every lightly loaded leaf onto spine 0.
+            a = _free(row_u, e % k)
+            if row_v[a] >= 0:
+                b = _free(row_v, e % k)
+                if row_u[b] < 0:
+                    a = b
+                else:
+                    self._swap(self._path(vs[e], False, a, b), a, b)
+            self._set(e, a)
+
+    def _set(self, e: int, c: int) -> None:
+        self.colour[e] = c
+        self.at_u[self.us[e]][c] = e
+        self.at_v[self.vs[e]][c] = e
+
+    def _path(self, start: int, on_u: bool, a: int, b: int) -> list[int]:
+        """The edges of the path from ``start`` that alternates colours a, b, a, ..."""
+        path: list[int] = []
+        node, want = start, a
+        while True:
+            e = self.at_u[node][want] if on_u else self.at_v[node][want]
+            if e < 0:
+                return path
+            path.append(e)
+            node = self.vs[e] if on_u else self.us[e]
+            on_u = not on_u
+            want = b if want == a else a
+
+    def _swap(self, path: list[int], a: int, b: int) -> None:
+        for e in path:
+            self.at_u[self.us[e]][self.colour[e]] = -1
+            self.at_v[self.vs[e]][self.colour[e]] = -1
+        for e in path:
+            self._set(e, b if self.colour[e] == a else a)
+
+    def repair_forbidden(
+        self,
+        owner_u: Sequence[int],
+        owner_v: Sequence[int],
+        forbid_u: Mapping[int, Set[int]],
+        forbid_v: Mapping[int, Set[int]],
+    ) -> None:
+        """Move edges off colours forbidden at an end, by Kempe swaps that add no new misfit."""
+
+        def allowed(e: int, c: int) -> bool:
+            return c not in forbid_u.get(owner_u[self.us[e]], ()) and c not in forbid_v.get(
+                owner_v[self.vs[e]], ()
+            )
+
+        progress = True
+        while progress:
+            progress = False
+            for e, c in enumerate(self.colour):
+                if allowed(e, c):
+                    continue
+                bad_at_u = c in forbid_u.get(owner_u[self.us[e]], ())
+                node = self.us[e] if bad_at_u else self.vs[e]
+                row = self.at_u[node] if bad_at_u else self.at_v[node]
+                forbidden = (forbid_u if bad_at_u else forbid_v).get(
+                    (owner_u if bad_at_u else owner_v)[node], ()
+                )
+                for a in range(self.k):
+                    if row[a] >= 0 or a in forbidden:
+                        continue
+                    path = self._path(node, bad_at_u, c, a)
+                    if all(allowed(x, a if self.colour[x] == c else c) for x in path):
+                        self._swap(path, c, a)
+                        progress = True
+                        break
 
 
 def _free(row: list[int], start: int) -> int:
@@ -81,34 +170,3 @@ def _free(row: list[int], start: int) -> int:
     except ValueError:
         error = "a vertex has more edges than colours"
         raise ValueError(error) from None
-
-
-def _flip(
-    at_u: list[list[int]],
-    at_v: list[list[int]],
-    colour: list[int],
-    us: Sequence[int],
-    vs: Sequence[int],
-    v: int,
-    a: int,
-    b: int,
-) -> None:
-    """Swap colours a and b along the alternating path from ``v`` (which starts with a)."""
-    path: list[int] = []
-    node, on_v, want = v, True, a
-    while True:
-        e = at_v[node][want] if on_v else at_u[node][want]
-        if e < 0:
-            break
-        path.append(e)
-        node = us[e] if on_v else vs[e]
-        on_v = not on_v
-        want = b if want == a else a
-    for e in path:
-        at_u[us[e]][colour[e]] = -1
-        at_v[vs[e]][colour[e]] = -1
-    for e in path:
-        c = b if colour[e] == a else a
-        colour[e] = c
-        at_u[us[e]][c] = e
-        at_v[vs[e]][c] = e

@@ -70,38 +70,51 @@ def build_problem_from(
     """The problem of flows given as columns; raises `UnknownPortError`, `UnreachableError`."""
     links_down = frozenset(fabric.link_indices(down))
     index, port_leaf = fabric.port_index, fabric.port_leaf
+    try:
+        src = [index[a] for a in srcs]
+        dst = [index[b] for b in dsts]
+    except KeyError as missing:
+        flow = next(f for f, a, b in zip(ids, srcs, dsts, strict=True) if missing.args[0] in (a, b))
+        error = f"flow {flow}: unknown port {missing.args[0]!r}"
+        raise UnknownPortError(error) from None
+    if len(gbps) != len(src) or len(ids) != len(src):
+        error = "flow columns differ in length"
+        raise ValueError(error)
+    if links_down:
+        for flow, s, d in zip(ids, src, dst, strict=True):
+            if s in links_down or d in links_down:  # a port's cable is link number == port
+                port = fabric.port_ids[s if s in links_down else d]
+                error = f"flow {flow}: the cable of {port} is down"
+                raise UnreachableError(error)
+    src_leaf = [port_leaf[s] for s in src]
+    dst_leaf = [port_leaf[d] for d in dst]
+    # Leaves with a down uplink: only their pairs need the (slower) filtered spine list.
+    touched = {fabric.link_leaf[link] for link in links_down if link >= len(fabric.port_ids)}
     usable: dict[tuple[int, int], tuple[int, ...]] = {}
-    src: list[int] = []
-    dst: list[int] = []
-    src_leaf: list[int] = []
-    dst_leaf: list[int] = []
+    plane_of, full, plane_spines = fabric.leaf_plane, fabric.full_mesh, fabric.plane_spines
     cands: list[tuple[int, ...]] = []
-    for flow, a, b in zip(ids, srcs, dsts, strict=True):
-        s, d = index.get(a), index.get(b)
-        if s is None or d is None:
-            error = f"flow {flow}: unknown port {a if s is None else b!r}"
-            raise UnknownPortError(error)
-        if s in links_down or d in links_down:  # a port's cable is link number == port number
-            error = f"flow {flow}: the cable of {a if s in links_down else b} is down"
-            raise UnreachableError(error)
-        la, lb = port_leaf[s], port_leaf[d]
-        spines: tuple[int, ...] = ()
-        if la != lb:
-            key = (la, lb)
-            found = usable.get(key)
-            if found is None:
+    append = cands.append
+    for f, (la, lb) in enumerate(zip(src_leaf, dst_leaf, strict=True)):
+        if la == lb:
+            append(())
+            continue
+        plane = plane_of[la]
+        if plane == plane_of[lb] and full[plane] and la not in touched and lb not in touched:
+            append(plane_spines[plane])  # the common case, without a per-pair lookup
+            continue
+        found = usable.get((la, lb))
+        if found is None:
+            if la in touched or lb in touched:
                 found = fabric.usable_spines(la, lb, links_down)
-                if not found:
-                    cause = fabric.unreachable(s, d, down=bool(fabric.common_spines(la, lb)))
-                    error = f"flow {flow}: {cause}"
-                    raise UnreachableError(error)
-                usable[key] = found
-            spines = found
-        src.append(s)
-        dst.append(d)
-        src_leaf.append(la)
-        dst_leaf.append(lb)
-        cands.append(spines)
+            else:
+                found = fabric.common_spines(la, lb)
+            if not found:
+                common = fabric.common_spines(la, lb)
+                cause = fabric.unreachable(src[f], dst[f], down=bool(common))
+                error = f"flow {ids[f]}: {cause}"
+                raise UnreachableError(error)
+            usable[(la, lb)] = found
+        append(found)
     return Problem(
         fabric=fabric,
         ids=tuple(ids),

@@ -1,0 +1,249 @@
+"""C4P: a path per flow minimising the largest link utilisation; incremental replanning.
+
+Per plane, equal-demand inter-leaf flows are first edge-coloured (`colouring`): with at least
+as many spines as flows at any leaf that is collision-free, and in general it puts at most
+``ceil(degree / spines)`` flows on any uplink or downlink, which meets the lower bound. Where
+that does not reach the bound (unequal demands, down links, partial meshes, unequal
+capacities) the least-loaded heuristic is tried as well, the better kept, then repaired by
+local moves (`balance`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import orjson
+from pydantic import Field
+
+from actions.planner.balance import TOLERANCE, Assignment, least_loaded, repair
+from actions.planner.bound import problem_bound
+from actions.planner.colouring import colour_balanced
+from actions.planner.problem import Problem, build_problem
+from schemas.files import Flows, Plan, PlanPath
+from topology.ecmp import SPORT_MIN, Ecmp, SwitchHash
+from topology.model import Fabric
+
+
+class RoutedPath(PlanPath):
+    """A plan path and the UDP source port that makes the source leaf's hash choose its spine.
+
+    On the wire it is a v1 plan path with one more key, ``sport`` (readers ignore unknown
+    keys); `plan_json` writes it. Within one leaf there is no choice to steer: the first port
+    of the dynamic range.
+    """
+
+    sport: int = Field(ge=0, le=65535, strict=True)
+
+
+def plan(
+    fabric: Fabric, flows: Flows, down: Iterable[str] = (), hash_model: SwitchHash | None = None
+) -> Plan:
+    """The plan of ``flows`` avoiding ``down`` and the flows file's own ``down`` links.
+
+    With a hash model every path is a `RoutedPath` carrying its source port. Raises
+    `topology.TopologyError` subclasses for unknown ports or links and unreachable flows.
+    """
+    problem = build_problem(fabric, flows, down)
+    state = solve(problem)
+    return _build_plan(problem, state, hash_model, {})
+
+
+def lower_bound(fabric: Fabric, flows: Flows, down: Iterable[str] = ()) -> float:
+    """No plan of these flows has a smaller ``max_util`` (see `bound`)."""
+    return problem_bound(build_problem(fabric, flows, down))
+
+
+def replan(
+    fabric: Fabric,
+    previous: Plan,
+    flows: Flows,
+    down: Iterable[str] = (),
+    hash_model: SwitchHash | None = None,
+) -> Plan:
+    """The plan after links went down or degraded: only flows that crossed them move.
+
+    A degraded link belongs in ``down``: it is to be avoided, like a failed one. A flow keeps
+    its previous path when that path avoids every down link; flows that cross one, and flows
+    the previous plan does not have, are placed least-loaded and repaired among themselves.
+    The previous path objects are reused, so a small change is cheap on a large plan.
+    """
+    problem = build_problem(fabric, flows, down)
+    state = Assignment(problem)
+    kept, movable = _keep(problem, state, previous)
+    # Kept flows stay put, so nothing goes below their maximum; and only links the moved
+    # flows load can exceed it, so the repair needs to know of the moved flows alone.
+    target = state.max_util()
+    least_loaded(state, movable)
+    repair(state, movable, target)
+    return _build_plan(problem, state, hash_model, kept)
+
+
+def _keep(
+    problem: Problem, state: Assignment, previous: Plan
+) -> tuple[dict[str, PlanPath], list[int]]:
+    """Place every flow whose previous path is still usable; the others are to move."""
+    fabric = problem.fabric
+    before = {path.flow: path for path in previous.paths}
+    spine_index, port_ids, uplinks, down = (
+        fabric.spine_index,
+        fabric.port_ids,
+        fabric.uplinks,
+        problem.down,
+    )
+    load, spine = state.load, state.spine
+    kept: dict[str, PlanPath] = {}
+    movable: list[int] = []
+    # One pass over every flow of a large plan: zipped columns and inlined placement.
+    columns = zip(
+        problem.ids,
+        problem.src,
+        problem.dst,
+        problem.src_leaf,
+        problem.dst_leaf,
+        problem.gbps,
+        problem.cands,
+        strict=True,
+    )
+    for f, (flow, s, d, la, lb, g, spines) in enumerate(columns):
+        path = before.get(flow)
+        if path is None or path.links[0] != port_ids[s] or path.links[-1] != port_ids[d]:
+            movable.append(f)
+            continue
+        via = path.via
+        if via is None or not spines:
+            if (via is None) == (not spines):
+                kept[flow] = path
+            else:
+                movable.append(f)
+            continue
+        number = spine_index.get(via, -1)
+        up, dn = uplinks[la].get(number), uplinks[lb].get(number)
+        if up is None or dn is None or up in down or dn in down:
+            movable.append(f)
+            continue
+        load[2 * up] += g
+        load[2 * dn + 1] += g
+        spine[f] = number
+        kept[flow] = path
+    return kept, movable
+
+
+def moved_flows(previous: Plan, current: Plan) -> list[str]:
+    """The flows whose path differs between two plans (new flows included), in plan order."""
+    before = {path.flow: path.links for path in previous.paths}
+    return [path.flow for path in current.paths if before.get(path.flow) != path.links]
+
+
+def plan_json(result: Plan) -> bytes:
+    """The plan as v1 JSON, with each `RoutedPath`'s ``sport`` key kept."""
+    return orjson.dumps(result.model_dump(serialize_as_any=True))
+
+
+def solve(problem: Problem) -> Assignment:
+    """The spine of every inter-leaf flow: colouring, least-loaded, repair; per plane."""
+    state = Assignment(problem)
+    target = problem_bound(problem)
+    fabric = problem.fabric
+    by_plane: dict[int, list[int]] = {}
+    for f in problem.inter_leaf():
+        by_plane.setdefault(fabric.leaf_plane[problem.src_leaf[f]], []).append(f)
+    for plane, flows in by_plane.items():
+        _solve_plane(state, flows, fabric.plane_spines[plane], target)
+    return state
+
+
+def _solve_plane(state: Assignment, flows: list[int], spines: Sequence[int], target: float) -> None:
+    p = state.problem
+    demands = {p.gbps[f] for f in flows}
+    if len(demands) == 1:
+        _colour(state, flows, spines)
+        if state.fabric_max(flows) <= target + TOLERANCE:
+            return
+        coloured = [state.spine[f] for f in flows]
+        worst = state.fabric_max(flows)
+        for f in flows:
+            state.unplace(f)
+        least_loaded(state, flows)
+        if state.fabric_max(flows) > worst:
+            for f, s in zip(flows, coloured, strict=True):
+                state.unplace(f)
+                state.place(f, s)
+    else:
+        least_loaded(state, flows)
+    repair(state, flows, target)
+
+
+def _colour(state: Assignment, flows: list[int], spines: Sequence[int]) -> None:
+    """Edge-colour the plane's flows with its spines, a leaf's down or missing links being
+    colours it must not see; flows left on a spine they cannot use are placed least-loaded."""
+    p = state.problem
+    uplinks, down = p.fabric.uplinks, p.down
+    forbid: dict[int, set[int]] = {}
+    for leaf in {p.src_leaf[f] for f in flows} | {p.dst_leaf[f] for f in flows}:
+        own = uplinks[leaf]
+        missing = {c for c, s in enumerate(spines) if own.get(s, -1) < 0 or own[s] in down}
+        if missing:
+            forbid[leaf] = missing
+    colours = colour_balanced(
+        [p.src_leaf[f] for f in flows],
+        [p.dst_leaf[f] for f in flows],
+        len(spines),
+        forbid,
+        forbid,
+    )
+    full, misfits = len(spines), []
+    for f, c in zip(flows, colours, strict=True):
+        s, usable = spines[c], p.cands[f]
+        if len(usable) == full or s in usable:
+            state.place(f, s)
+        else:
+            misfits.append(f)
+    least_loaded(state, misfits)
+
+
+def _build_plan(
+    problem: Problem,
+    state: Assignment,
+    hash_model: SwitchHash | None,
+    kept: dict[str, PlanPath],
+) -> Plan:
+    fabric = problem.fabric
+    names, spine_ids, port_ids, uplinks = (
+        fabric.link_ids,
+        fabric.spines,
+        fabric.port_ids,
+        fabric.uplinks,
+    )
+    ecmp = Ecmp(fabric, hash_model) if hash_model is not None else None
+    paths: list[PlanPath] = []
+    for f, flow in enumerate(problem.ids):
+        s = state.spine[f]
+        old = kept.get(flow)
+        if ecmp is None:
+            if old is not None and type(old) is PlanPath:
+                paths.append(old)
+                continue
+        elif old is not None and isinstance(old, RoutedPath):
+            # The path is unchanged, but a down link may have shrunk the ECMP group: the old
+            # source port is kept only if the hash still lands on the same spine.
+            if s < 0 or ecmp.choose(problem.src[f], problem.dst[f], old.sport, problem.down) == s:
+                paths.append(old)
+                continue
+        src, dst = port_ids[problem.src[f]], port_ids[problem.dst[f]]
+        via: str | None
+        links: tuple[str, ...]
+        if s < 0:
+            via, links = None, (src, dst)
+        else:
+            up_a, up_b = uplinks[problem.src_leaf[f]], uplinks[problem.dst_leaf[f]]
+            via, links = spine_ids[s], (src, names[up_a[s]], names[up_b[s]], dst)
+        if ecmp is None:
+            paths.append(PlanPath(flow=flow, via=via, links=links))
+        else:
+            sport = SPORT_MIN
+            if s >= 0:
+                sport = ecmp.sport_for(
+                    problem.src[f], problem.dst[f], s, problem.down, members=problem.cands[f]
+                )
+            paths.append(RoutedPath(flow=flow, via=via, links=links, sport=sport))
+    return Plan(v=1, kind="plan", paths=tuple(paths), max_util=state.max_util())
