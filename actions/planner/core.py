@@ -2,10 +2,11 @@
 
 Per plane, equal-demand inter-leaf flows are first edge-coloured (`colouring`): with at least
 as many spines as flows at any leaf that is collision-free, and in general it puts at most
-``ceil(degree / spines)`` flows on any uplink or downlink, which meets the lower bound. Where
-that does not reach the bound (unequal demands, down links, partial meshes, unequal
-capacities) the least-loaded heuristic is tried as well, the better kept, then repaired by
-local moves (`balance`).
+``ceil(degree / usable spines)`` flows on any uplink or downlink, which meets the lower bound;
+a leaf's down or missing links are colours it must avoid. Where that does not reach the bound
+(unequal demands, unequal capacities, a down link the colouring could not avoid) the
+least-loaded heuristic is tried as well, the better kept, then repaired by local moves
+(`balance`). Flows within one leaf have a single path and are only charged to their cables.
 """
 
 from __future__ import annotations

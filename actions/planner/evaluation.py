@@ -137,17 +137,23 @@ def plan_spines(problem: Problem, plan: Plan) -> list[int]:
     return [-1 if via[flow] is None else index[str(via[flow])] for flow in problem.ids]
 
 
+@dataclass(frozen=True, slots=True)
 class EcmpSampler:
     """ECMP with random source ports: the hash state of every flow, computed once."""
 
-    def __init__(self, problem: Problem, model: SwitchHash) -> None:
-        self.problem = problem
-        self.model = model
+    problem: Problem
+    model: SwitchHash
+    partials: tuple[int, ...]
+
+    @classmethod
+    def of(cls, problem: Problem, model: SwitchHash) -> EcmpSampler:
+        """The sampler of a problem under a hash model."""
         ecmp = Ecmp(problem.fabric, model)
-        self.partials = [
+        partials = tuple(
             ecmp.partial(s, d) if spines else 0
             for s, d, spines in zip(problem.src, problem.dst, problem.cands, strict=True)
-        ]
+        )
+        return cls(problem, model, partials)
 
     def sample(self, rng: random.Random) -> list[int]:
         """One ECMP outcome: a spine per flow (-1 within one leaf)."""
@@ -186,7 +192,7 @@ def compare(
     replanned one.
     """
     problem = build_problem(fabric, load.flows, down)
-    sampler = EcmpSampler(problem, model)
+    sampler = EcmpSampler.of(problem, model)
     # Seeded simulation draws, not secrets: the standard generator is the right tool.
     utils = tuple(
         max_util(problem, sampler.sample(random.Random(seed)))  # noqa: S311

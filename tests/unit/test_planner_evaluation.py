@@ -76,7 +76,7 @@ def test_planned_rings_run_at_line_rate_and_ecmp_never_beats_a_plan_at_the_bound
 def test_ecmp_samples_are_reproducible_per_seed() -> None:
     fabric = make_fabric(Shape(nodes=16, spines=4, nics=1))
     load = workload(fabric, "permutation", 1)
-    sampler = EcmpSampler(build_problem(fabric, load.flows), hash_model("toeplitz"))
+    sampler = EcmpSampler.of(build_problem(fabric, load.flows), hash_model("toeplitz"))
     assert sampler.sample(random.Random(5)) == sampler.sample(random.Random(5))
     assert sampler.sample(random.Random(5)) != sampler.sample(random.Random(6))
 
