@@ -28,6 +28,7 @@ class PortState:
     max_gbps: float
     degraded: bool = False
     clean_streak: int = 0
+    bad_streak: int = 0
 
 
 class HardwareMonitor:
@@ -89,6 +90,7 @@ class HardwareMonitor:
             self._resolve(out, "link_down", pid, message.ts_ns)
         if previous is not None:
             state.degraded, state.clean_streak = previous.degraded, previous.clean_streak
+            state.bad_streak = previous.bad_streak
             self._update_degraded(pid, previous, state, gbps, out)
         self._ports[pid] = state
         return out
@@ -132,7 +134,8 @@ class HardwareMonitor:
         )
         if bad and not state.down:
             state.clean_streak = 0
-            if not state.degraded:
+            state.bad_streak += 1
+            if not state.degraded and state.bad_streak >= self.params.degraded_reports:
                 state.degraded = True
                 evidence = {
                     "symbol_err_per_s": round(symbol_rate, 2),
@@ -148,11 +151,13 @@ class HardwareMonitor:
                     (SuspectScore("port", pid, 0.9),),
                     evidence,
                 )
-        elif state.degraded:
-            state.clean_streak += 1
-            if state.clean_streak >= CLEAN_REPORTS_TO_RESOLVE:
-                state.degraded = False
-                self._resolve(out, "link_degraded", pid, state.ts_ns)
+        else:
+            state.bad_streak = 0
+            if state.degraded:
+                state.clean_streak += 1
+                if state.clean_streak >= CLEAN_REPORTS_TO_RESOLVE:
+                    state.degraded = False
+                    self._resolve(out, "link_degraded", pid, state.ts_ns)
 
     def on_gpu(self, message: Gpu) -> list[Diagnosis]:
         """Take one GPU report; fire gpu_fault on hardware XIDs or new double-bit ECC errors."""

@@ -142,7 +142,9 @@ class JobDetector:
                 unexplained = [m for m in missing if self._place(m)[0] not in down]
                 if unexplained:
                     noncomm.append((len(unexplained), tracker, hang, unexplained))
-            else:
+            elif not down:
+                # With a node of the job down, every rank ends up blocked behind it (an op
+                # issued after the stuck one cannot finish either): node_down explains it.
                 comm.append((tracker, hang))
         open_cls = [
             c for c in ("noncomm_hang", "comm_hang") if self.book.is_open(self.job, c, HANG_KEY)

@@ -39,9 +39,11 @@ class DetectorParams:
     slow_resolve_factor: float = 1.12
     # A connection is slow below this share of the job's median connection throughput.
     slow_conn_share: float = 0.8
-    # Link counters: symbol errors per interval that count as a degraded port.
-    symbol_err_per_s: float = 1.0
-    retrans_per_s: float = 1.0
+    # Link counters: error rates that count as a degraded port when they last for
+    # ``degraded_reports`` reports in a row (isolated errors happen on healthy cables).
+    symbol_err_per_s: float = 10.0
+    retrans_per_s: float = 10.0
+    degraded_reports: int = 2
     # How often (event time) the timers of every tracked job are checked.
     tick_ns: int = 250_000_000
 

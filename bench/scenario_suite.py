@@ -1,0 +1,104 @@
+"""The C4D scenario suite: simulate many cases, diagnose them, score against ground truth.
+
+    python bench/scenario_suite.py [--cases 300] [--seed 1] [--sizes 8,64,256,1024]
+
+Prints per fault type recall at top-1 suspect and detection latency percentiles (event
+time from onset), per diagnosis class precision, and findings on healthy runs, against the
+issue's targets (precision >= 0.99, recall >= 0.95, zero findings on healthy runs). Exits 1
+when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from producers.simulator import generate_suite, ground_truth  # noqa: E402
+from producers.simulator.cluster import build_cluster  # noqa: E402
+from producers.simulator.run import simulate_cluster  # noqa: E402
+from producers.simulator.scenario import Scenario  # noqa: E402
+from schemas.messages import Diagnosis  # noqa: E402
+from streams.core.engine import Engine  # noqa: E402
+from streams.scoring import SuiteSummary, Truth, format_table, score_case  # noqa: E402
+
+MIN_PRECISION = 0.99
+MIN_RECALL = 0.95
+
+
+def run_case(scenario: Scenario) -> tuple[list[Truth], list[Diagnosis], int]:
+    """Simulate one scenario, replay it through a fresh engine; (truths, findings, messages)."""
+    cluster = build_cluster(None, scenario)
+    truths = [Truth.from_json(t.as_dict()) for t in ground_truth(None, scenario, cluster)]
+    engine = Engine(topology=cluster.topology)
+    findings: list[Diagnosis] = []
+    count = 0
+    for message in simulate_cluster(cluster, scenario):
+        count += 1
+        findings.extend(engine.process(message))
+    findings.extend(engine.check(engine.now_ns))
+    return truths, findings, count
+
+
+def run_suite(cases: int, seed: int, sizes: tuple[int, ...], verbose: bool = False) -> SuiteSummary:
+    """Every case of the suite, scored and folded into one summary."""
+    summary = SuiteSummary()
+    for scenario in generate_suite(cases, seed, sizes):
+        truths, findings, _ = run_case(scenario)
+        score = score_case(truths, findings)
+        summary.add(truths, score, findings)
+        if verbose and (score.missed or score.false_findings):
+            for truth in score.missed:
+                print(f"{scenario.name}: missed {truth.fault} {truth.suspect_id}", file=sys.stderr)
+            for finding in score.false_findings:
+                top = finding.suspects[0].id if finding.suspects else "-"
+                print(
+                    f"{scenario.name}: false {finding.class_} {top} job={finding.job}",
+                    file=sys.stderr,
+                )
+    return summary
+
+
+def missed_targets(summary: SuiteSummary) -> list[str]:
+    """The targets the summary misses, one line each."""
+    problems = []
+    for kind, faults in summary.faults.items():
+        recall = summary.found[kind] / faults
+        if recall < MIN_RECALL:
+            problems.append(f"recall of {kind} {recall:.3f} < {MIN_RECALL}")
+    for cls, total in summary.findings_by_class.items():
+        precision = summary.true_by_class[cls] / total
+        if precision < MIN_PRECISION:
+            problems.append(f"precision of {cls} {precision:.3f} < {MIN_PRECISION}")
+    if summary.healthy_findings:
+        problems.append(f"{summary.healthy_findings} findings on healthy runs")
+    return problems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--sizes", default="8,64,256,1024")
+    parser.add_argument("--verbose", action="store_true", help="list misses and false findings")
+    args = parser.parse_args()
+    sizes = tuple(int(size) for size in args.sizes.split(","))
+    started = time.perf_counter()
+    summary = run_suite(args.cases, args.seed, sizes, args.verbose)
+    print(
+        f"{summary.cases} cases, seed {args.seed}, sizes {args.sizes}, "
+        f"{time.perf_counter() - started:.0f} s"
+    )
+    print(format_table(summary.rows()))
+    problems = missed_targets(summary)
+    for problem in problems:
+        print(f"target missed: {problem}")
+    print("all targets met" if not problems else f"{len(problems)} targets missed")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
