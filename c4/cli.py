@@ -14,6 +14,7 @@ from c4 import (
     doctor,
     plan_cmd,
     schemas_cmd,
+    simulate_cmd,
     stack,
     streams_cmd,
     topics,
@@ -30,6 +31,7 @@ SUBCOMMANDS = (
     doctor,
     streams_cmd,
     diagnose_cmd,
+    simulate_cmd,
     topology_cmd,
     plan_cmd,
 )

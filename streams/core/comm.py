@@ -203,11 +203,11 @@ class CommTracker:
         """The typical wall span of an operation of this communicator."""
         return self.spans.median()
 
-    def hang(self, now_ns: int) -> Hang | None:
-        """The oldest operation without progress for longer than ``hang_after``, if any."""
+    def hang(self, now_ns: int, share: float = 1.0) -> Hang | None:
+        """The oldest operation without progress for ``share`` x ``hang_after``, if any."""
         if not self.pending:
             return None
-        hang_after = self.params.hang_after_ns(self.median_op_ns())
+        hang_after = int(self.params.hang_after_ns(self.median_op_ns()) * share)
         seq = min(self.pending)
         state = self.pending[seq]
         if state.entered < self.size:

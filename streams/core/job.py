@@ -133,10 +133,15 @@ class JobDetector:
     def _check_hangs(self, now_ns: int, down: set[str], out: list[Diagnosis]) -> None:
         noncomm: list[tuple[int, CommTracker, Hang, list[Member]]] = []
         comm: list[tuple[CommTracker, Hang]] = []
+        due = False
         for tracker in self.comms.values():
-            hang = tracker.hang(now_ns)
+            # Half-due hangs count too: a rank stuck before a small intra-node operation shows
+            # as 1 missing there and as its whole group missing in the big one, whose report
+            # may have come first. The most specific one names the culprit.
+            hang = tracker.hang(now_ns, share=0.5)
             if hang is None:
                 continue
+            due = due or tracker.hang(now_ns) is not None
             if hang.kind == "noncomm":
                 missing = [tracker.members[r] for r in hang.missing]
                 unexplained = [m for m in missing if self._place(m)[0] not in down]
@@ -149,6 +154,8 @@ class JobDetector:
         open_cls = [
             c for c in ("noncomm_hang", "comm_hang") if self.book.is_open(self.job, c, HANG_KEY)
         ]
+        if not due:
+            noncomm, comm = [], []
         if noncomm:
             _, tracker, hang, members = min(noncomm, key=lambda item: item[0])
             score = 0.95 if len(members) <= 2 else max(0.3, 0.95 * 2 / len(members))

@@ -1,0 +1,132 @@
+"""``c4 simulate``: write a simulated cluster run as v1 JSON Lines, and its ground truth."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+import orjson
+
+from c4 import C4Error
+from producers.simulator import Scenario, ScenarioError, ground_truth, parse_scenario
+from producers.simulator.cluster import Cluster, build_cluster
+from producers.simulator.run import simulate_cluster
+from schemas.codec import Rejection, decode, encode
+from schemas.files import Topology
+
+if TYPE_CHECKING:
+    from c4.settings import Settings
+
+BATCH = 4096  # lines per write: fewer system calls, bounded memory
+
+
+class SimulateError(C4Error):
+    """The scenario or topology of `c4 simulate` is unusable."""
+
+
+def load_scenario(path: str, seed: int | None) -> Scenario:
+    """The scenario file (``--seed`` replacing its seed), or a one-line error."""
+    try:
+        scenario = parse_scenario(_read(path), path)
+    except ScenarioError as error:
+        raise SimulateError(str(error)) from error
+    return scenario if seed is None else scenario.model_copy(update={"seed": seed})
+
+
+def load_topology(path: str) -> Topology:
+    """The v1 topology file, or a one-line error."""
+    result = decode(_read(path), "topology")
+    if isinstance(result, Rejection):
+        message = f"{path}: {result.reason}"
+        raise SimulateError(message)
+    if not isinstance(result, Topology):  # decode(kind="topology") returns one
+        message = f"{path}: not a topology"
+        raise SimulateError(message)
+    return result
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:
+        message = f"cannot read {path}: {error.strerror}"
+        raise SimulateError(message) from error
+
+
+def place(topology: Topology | None, scenario: Scenario, source: str) -> Cluster:
+    """The scenario's jobs on the topology (or a generated one), or a one-line error."""
+    try:
+        return build_cluster(topology, scenario)
+    except ScenarioError as error:
+        message = f"{source}: {error}"
+        raise SimulateError(message) from error
+
+
+def write_run(cluster: Cluster, scenario: Scenario, out: IO[bytes]) -> Counter[str]:
+    """Simulate and write every message as a JSON line; returns the count per kind."""
+    counts: Counter[str] = Counter()
+    batch: list[bytes] = []
+    for message in simulate_cluster(cluster, scenario):
+        counts[type(message).__name__.lower()] += 1
+        batch.append(encode(message))
+        if len(batch) >= BATCH:
+            out.write(b"\n".join(batch) + b"\n")
+            batch.clear()
+    if batch:
+        out.write(b"\n".join(batch) + b"\n")
+    return counts
+
+
+def truth_lines(cluster: Cluster, scenario: Scenario) -> bytes:
+    """The ground-truth file: one JSON line per injected fault."""
+    truth = ground_truth(cluster.topology, scenario, cluster)
+    return b"".join(orjson.dumps(item.as_dict()) + b"\n" for item in truth)
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    del settings  # offline: no broker, no Redis
+    scenario = load_scenario(args.scenario, args.seed)
+    topology = load_topology(args.topology) if args.topology else None
+    truth_path = args.truth
+    if truth_path is None and args.out != "-":
+        truth_path = f"{args.out}.truth.jsonl"
+    # Every error surfaces here, before any output is written.
+    cluster = place(topology, scenario, args.scenario)
+    truth = truth_lines(cluster, scenario)
+    if args.out == "-":
+        counts = write_run(cluster, scenario, sys.stdout.buffer)
+        sys.stdout.flush()
+    else:
+        with open(args.out, "wb") as out:
+            counts = write_run(cluster, scenario, out)
+    if truth_path is not None:
+        Path(truth_path).write_bytes(truth)
+    summary = ", ".join(f"{count} {kind}" for kind, count in sorted(counts.items()))
+    where = f"truth: {truth_path}" if truth_path else "no truth written (--truth FILE)"
+    print(f"{sum(counts.values())} messages ({summary}); {where}", file=sys.stderr)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``simulate`` subcommand."""
+    parser = subparsers.add_parser(
+        "simulate",
+        help="simulate training jobs with injected faults as v1 messages",
+        description=(
+            "Write the collective, link, gpu and job messages of a simulated run (JSON Lines, "
+            "event time) and one ground-truth line per injected fault."
+        ),
+    )
+    parser.add_argument("--scenario", required=True, help="scenario JSON file")
+    parser.add_argument(
+        "--topology", help="v1 topology file (default: a fabric generated to fit the scenario)"
+    )
+    parser.add_argument("--seed", type=int, help="replace the scenario's seed")
+    parser.add_argument("--out", default="-", help="output file, or - for stdout (default)")
+    parser.add_argument(
+        "--truth", help="ground-truth file (default: <out>.truth.jsonl; none for stdout)"
+    )
+    parser.set_defaults(handler=_run)

@@ -1,0 +1,325 @@
+"""Where a scenario runs: its jobs placed on the topology, their communicators and rings.
+
+Rank ``r`` of a job runs on the job's node ``r // 8``, GPU ``r % 8``, NIC port ``mlx5_<gpu>:1``.
+The data-parallel communicator is a ring over all ranks; connection ``k -> k+1`` leaves through
+member k's port and arrives at member k+1's port, crossing a leaf~spine~leaf path between two
+leaves (the spine chosen by the fabric's ECMP hash, as a real leaf would).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import zlib
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from producers.simulator.scenario import (
+    FabricLinkDegraded,
+    JobSpec,
+    LinkDown,
+    NodeDown,
+    PortDegraded,
+    Scenario,
+    ScenarioError,
+)
+from schemas.files import Topology, TopologyNode
+from topology import TopologyError
+from topology.ecmp import SPORT_MAX, SPORT_MIN, Crc32Hash, Ecmp
+from topology.generate import Shape, generate
+from topology.model import Fabric
+
+GPUS_PER_NODE = 8
+NVLINK_GBPS = 2400.0  # ~300 GB/s per direction: tensor-parallel rings stay inside a node
+_NODE_NUMBER = re.compile(r"^node-(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Conn:
+    """One ring connection, member ``src`` to the next: the ports and fabric links it crosses."""
+
+    src: int
+    dst: int
+    src_port: str  # global port ids, ``node-000/mlx5_0:1``
+    dst_port: str
+    via: str | None
+    links: tuple[str, ...]  # fabric links crossed, leaf~spine up then down
+    gbps: float  # nominal: the ports' speed and each fabric link's fair share
+    sport: int  # the UDP source port the leaf's ECMP hash saw
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """A communicator: its id, members (global ranks, comm-rank order) and its ring."""
+
+    id: str
+    name: str
+    kind: str  # "dp" or "tp"
+    members: tuple[int, ...]
+    ring: tuple[Conn, ...] | None  # None: NVLink inside one node, no NIC port involved
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedJob:
+    """A job with its nodes and communicators."""
+
+    spec: JobSpec
+    nodes: tuple[str, ...]
+    comms: tuple[Comm, ...]
+
+    def node_of(self, rank: int) -> str:
+        """The node a global rank runs on."""
+        return self.nodes[rank // GPUS_PER_NODE]
+
+    def gpu_id(self, rank: int) -> str:
+        """The contract's GPU id of a global rank."""
+        return f"{self.node_of(rank)}/gpu{rank % GPUS_PER_NODE}"
+
+    def port_id(self, rank: int) -> str:
+        """The global id of the NIC port a rank's traffic uses."""
+        return f"{self.node_of(rank)}/{local_port(rank % GPUS_PER_NODE)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """The topology and every placed job."""
+
+    topology: Topology
+    jobs: tuple[PlacedJob, ...]
+    nodes: Mapping[str, TopologyNode]
+    fabric_links: frozenset[str]
+
+    def job(self, job_id: str) -> PlacedJob:
+        """A placed job by id (the scenario was validated: it exists)."""
+        return next(job for job in self.jobs if job.spec.id == job_id)
+
+    def job_on_node(self, node: str) -> PlacedJob | None:
+        """The job running on a node, if any (nodes are not shared)."""
+        return next((job for job in self.jobs if node in job.nodes), None)
+
+
+def local_port(gpu: int) -> str:
+    """The NIC port of a GPU, inside its node."""
+    return f"mlx5_{gpu}:1"
+
+
+def comm_id(job: str, name: str) -> str:
+    """A communicator id: a short hex hash of job and name, the same on every member."""
+    return hashlib.blake2s(f"{job}/{name}".encode(), digest_size=6).hexdigest()
+
+
+def build_cluster(topology: Topology | None, scenario: Scenario) -> Cluster:
+    """Place the scenario's jobs; generate a fitting topology when none is given."""
+    if topology is None:
+        topology = default_topology(scenario)
+    try:
+        fabric = Fabric.from_topology(topology)
+    except TopologyError as error:
+        message = f"topology: {error}"
+        raise ScenarioError(message) from error
+    nodes = {node.id: node for node in topology.nodes}
+    placements = _place(scenario, topology, nodes)
+    rings = {
+        spec.id: _ring_ends(spec, job_nodes)
+        for spec, job_nodes in zip(scenario.jobs, placements, strict=True)
+    }
+    routes, shares = _routes(fabric, rings)
+    speeds = dict(zip(fabric.link_ids, fabric.link_gbps, strict=True))
+    jobs = tuple(
+        _job(spec, job_nodes, rings[spec.id], routes, shares, speeds)
+        for spec, job_nodes in zip(scenario.jobs, placements, strict=True)
+    )
+    fabric_links = frozenset(link.id for link in topology.links)
+    cluster = Cluster(topology, jobs, nodes, fabric_links)
+    _check_faults(scenario, cluster)
+    return cluster
+
+
+def default_topology(scenario: Scenario) -> Topology:
+    """A leaf-spine fabric just big enough for the scenario's jobs and named nodes."""
+    named: set[str] = set()
+    for spec in scenario.jobs:
+        named.update(spec.nodes or ())
+    for fault in scenario.faults:
+        if isinstance(fault, NodeDown | PortDegraded | LinkDown):
+            named.add(fault.node)
+    highest = -1
+    for node in sorted(named):
+        match = _NODE_NUMBER.match(node)
+        if match is None:
+            message = f"scenario names node {node!r}: without --topology nodes are node-NNN"
+            raise ScenarioError(message)
+        highest = max(highest, int(match.group(1)))
+    listed = {node for spec in scenario.jobs for node in spec.nodes or ()}
+    auto = sum(_nodes_needed(spec) for spec in scenario.jobs if spec.nodes is None)
+    count = max(highest + 1, len(listed) + auto, 1) + scenario.fabric.spare_nodes
+    shape = Shape(
+        nodes=count,
+        spines=scenario.fabric.spines,
+        nics=GPUS_PER_NODE,
+        nodes_per_leaf=scenario.fabric.nodes_per_leaf,
+        gpus=GPUS_PER_NODE,
+    )
+    try:
+        return generate(shape)
+    except TopologyError as error:
+        message = f"cannot generate a topology for the scenario: {error}"
+        raise ScenarioError(message) from error
+
+
+def _nodes_needed(spec: JobSpec) -> int:
+    return math.ceil(spec.ranks / GPUS_PER_NODE)
+
+
+def _place(
+    scenario: Scenario, topology: Topology, nodes: Mapping[str, TopologyNode]
+) -> list[tuple[str, ...]]:
+    """Each job's nodes: as listed, or the next free nodes in topology order."""
+    taken: dict[str, str] = {}
+    for index, spec in enumerate(scenario.jobs):
+        if spec.nodes is None:
+            continue
+        where = f"jobs[{index}].nodes"
+        if len(spec.nodes) != _nodes_needed(spec):
+            message = (
+                f"{where}: {spec.ranks} ranks need {_nodes_needed(spec)} nodes "
+                f"of {GPUS_PER_NODE} GPUs, {len(spec.nodes)} listed"
+            )
+            raise ScenarioError(message)
+        for node in spec.nodes:
+            if node not in nodes:
+                message = f"{where}: unknown node {node!r}"
+                raise ScenarioError(message)
+            if node in taken:
+                message = f"{where}: node {node!r} is also used by {taken[node]}"
+                raise ScenarioError(message)
+            taken[node] = spec.id
+    free = (node.id for node in topology.nodes if node.id not in taken)
+    placements: list[tuple[str, ...]] = []
+    for index, spec in enumerate(scenario.jobs):
+        if spec.nodes is not None:
+            chosen = spec.nodes
+        else:
+            chosen = tuple(node for _, node in zip(range(_nodes_needed(spec)), free, strict=False))
+            if len(chosen) < _nodes_needed(spec):
+                message = (
+                    f"jobs[{index}]: {spec.ranks} ranks need {_nodes_needed(spec)} free nodes, "
+                    f"the topology has {len(chosen)} left"
+                )
+                raise ScenarioError(message)
+        if "tp" in spec.comms and spec.ranks % GPUS_PER_NODE:
+            message = f"jobs[{index}].comms: tp needs ranks in multiples of {GPUS_PER_NODE}"
+            raise ScenarioError(message)
+        for position, node_id in enumerate(chosen):
+            host = nodes[node_id]
+            used = min(GPUS_PER_NODE, spec.ranks - position * GPUS_PER_NODE)
+            ports = {port.id for port in host.ports}
+            if host.gpus < used:
+                message = f"jobs[{index}]: node {node_id} has {host.gpus} GPUs, {used} needed"
+                raise ScenarioError(message)
+            missing = [local_port(g) for g in range(used) if local_port(g) not in ports]
+            if missing:
+                message = f"jobs[{index}]: node {node_id} has no port {missing[0]}"
+                raise ScenarioError(message)
+        placements.append(chosen)
+    return placements
+
+
+@dataclass(frozen=True, slots=True)
+class _Ends:
+    """Where ring connection ``src -> dst`` of a job starts and ends."""
+
+    src: int
+    src_port: str
+    dst: int
+    dst_port: str
+    sport: int
+
+
+def _ring_ends(spec: JobSpec, nodes: tuple[str, ...]) -> list[_Ends]:
+    n = spec.ranks
+    ends = []
+    for k in range(n):
+        nxt = (k + 1) % n
+        src = f"{nodes[k // GPUS_PER_NODE]}/{local_port(k % GPUS_PER_NODE)}"
+        dst = f"{nodes[nxt // GPUS_PER_NODE]}/{local_port(nxt % GPUS_PER_NODE)}"
+        # The RDMA stack picks a source port per queue pair: a stable hash stands in for it.
+        sport = SPORT_MIN + zlib.crc32(f"{spec.id}/dp/{k}".encode()) % (SPORT_MAX - SPORT_MIN + 1)
+        ends.append(_Ends(k, src, nxt, dst, sport))
+    return ends
+
+
+Route = tuple[str | None, tuple[tuple[str, int], ...]]  # spine, (fabric link, direction)
+
+
+def _routes(
+    fabric: Fabric, rings: dict[str, list[_Ends]]
+) -> tuple[dict[tuple[str, int], Route], Counter[tuple[str, int]]]:
+    """The path of every ring connection, and how many connections share each directed link."""
+    ecmp = Ecmp(fabric, Crc32Hash())
+    routes: dict[tuple[str, int], Route] = {}
+    shares: Counter[tuple[str, int]] = Counter()
+    for job, ends in rings.items():
+        for end in ends:
+            a, b = fabric.index_of(end.src_port), fabric.index_of(end.dst_port)
+            leaf_a, leaf_b = fabric.port_leaf[a], fabric.port_leaf[b]
+            if leaf_a == leaf_b:
+                routes[(job, end.src)] = (None, ())
+                continue
+            spine = ecmp.choose(a, b, end.sport)
+            if spine < 0:
+                message = f"job {job}: {fabric.unreachable(a, b)}"
+                raise ScenarioError(message)
+            up = fabric.link_ids[fabric.uplinks[leaf_a][spine]]
+            down = fabric.link_ids[fabric.uplinks[leaf_b][spine]]
+            hops = ((up, 0), (down, 1))
+            routes[(job, end.src)] = (fabric.spines[spine], hops)
+            shares.update(hops)
+    return routes, shares
+
+
+def _job(
+    spec: JobSpec,
+    nodes: tuple[str, ...],
+    ends: list[_Ends],
+    routes: Mapping[tuple[str, int], Route],
+    shares: Counter[tuple[str, int]],
+    speeds: Mapping[str, float],
+) -> PlacedJob:
+    ring = []
+    for end in ends:
+        via, hops = routes[(spec.id, end.src)]
+        gbps = min(speeds[end.src_port], speeds[end.dst_port])
+        for link, direction in hops:
+            # Flows that share a directed link share its capacity (ECMP collisions cost this).
+            gbps = min(gbps, speeds[link] / shares[(link, direction)])
+        links = tuple(link for link, _ in hops)
+        conn = Conn(end.src, end.dst, end.src_port, end.dst_port, via, links, gbps, end.sport)
+        ring.append(conn)
+    comms = [Comm(comm_id(spec.id, "dp"), "dp", "dp", tuple(range(spec.ranks)), tuple(ring))]
+    if "tp" in spec.comms:
+        for group in range(spec.ranks // GPUS_PER_NODE):
+            name = f"tp{group}"
+            members = tuple(range(group * GPUS_PER_NODE, (group + 1) * GPUS_PER_NODE))
+            comms.append(Comm(comm_id(spec.id, name), name, "tp", members, None))
+    return PlacedJob(spec, nodes, tuple(comms))
+
+
+def _check_faults(scenario: Scenario, cluster: Cluster) -> None:
+    for index, fault in enumerate(scenario.faults):
+        where = f"faults[{index}]"
+        if isinstance(fault, NodeDown | PortDegraded | LinkDown):
+            node = cluster.nodes.get(fault.node)
+            if node is None:
+                message = f"{where}.node: unknown node {fault.node!r}"
+                raise ScenarioError(message)
+            if isinstance(fault, PortDegraded | LinkDown) and fault.port not in {
+                port.id for port in node.ports
+            }:
+                message = f"{where}.port: node {fault.node} has no port {fault.port!r}"
+                raise ScenarioError(message)
+        elif isinstance(fault, FabricLinkDegraded) and fault.link not in cluster.fabric_links:
+            message = f"{where}.link: unknown fabric link {fault.link!r}"
+            raise ScenarioError(message)

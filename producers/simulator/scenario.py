@@ -1,0 +1,241 @@
+"""The scenario file of ``c4 simulate``: jobs, checkpoint pauses and injected faults.
+
+Validated with pydantic; any problem becomes one line naming the field (``faults[2].factor``).
+Checks that need the topology (does the node exist, does the rank fit) live in `cluster`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Self
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from producers import ProducerError
+
+DEFAULT_START_NS = 1_733_130_000_000_000_000
+MIB = 1024 * 1024
+
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/~-]+$")]
+Seconds = Annotated[float, Field(ge=0, le=86_400)]
+DpOp = Literal["allreduce", "allgather", "reducescatter"]
+
+
+class ScenarioError(ProducerError):
+    """A scenario (or its fit to the topology) is unusable; the message is one line."""
+
+
+class _Strict(BaseModel):
+    # Scenario files are written by hand: an unknown or misspelt key is an error, not ignored.
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class JobSpec(_Strict):
+    """One training job: its size, placement, per-iteration work and communicators."""
+
+    id: Name
+    ranks: int = Field(ge=2, le=65_536)
+    nodes: tuple[Name, ...] | None = None
+    op_bytes: int = Field(default=64 * MIB, ge=1, le=1 << 40)
+    tp_bytes: int | None = Field(default=None, ge=1, le=1 << 40)
+    compute_ms: float = Field(default=200.0, gt=0, le=600_000)
+    comms: tuple[Literal["dp", "tp"], ...] = ("dp",)
+    dp_ops: tuple[DpOp, ...] = Field(default=("allreduce",), min_length=1, max_length=4)
+    jitter: float = Field(default=0.01, ge=0, le=0.2)
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if "dp" not in self.comms:
+            message = "comms must include 'dp' (the communicator over all ranks)"
+            raise ValueError(message)
+        if len(set(self.comms)) != len(self.comms):
+            message = "comms lists a communicator twice"
+            raise ValueError(message)
+        return self
+
+
+class Checkpoint(_Strict):
+    """A job-wide pause: every rank stops issuing operations for ``pause_s``."""
+
+    job: Name
+    at_s: Seconds
+    pause_s: float = Field(gt=0, le=3600)
+
+
+class _Fault(_Strict):
+    at_s: Seconds
+
+
+class _Transient(_Fault):
+    until_s: Seconds | None = None
+
+    @model_validator(mode="after")
+    def _check_until(self) -> Self:
+        if self.until_s is not None and self.until_s <= self.at_s:
+            message = f"until_s {self.until_s} must be after at_s {self.at_s}"
+            raise ValueError(message)
+        return self
+
+
+class SlowGpu(_Transient):
+    """One rank's compute takes ``factor`` times longer."""
+
+    type: Literal["slow_gpu"]
+    job: Name
+    rank: int = Field(ge=0)
+    factor: float = Field(gt=1, le=10)
+
+
+class GpuStop(_Fault):
+    """The GPU falls off the bus (XID 79): its rank never enters its next operation."""
+
+    type: Literal["gpu_stop"]
+    job: Name
+    rank: int = Field(ge=0)
+
+
+class ProcessStuck(_Fault):
+    """The rank's process stays alive (heartbeats) and never enters its next operation."""
+
+    type: Literal["process_stuck"]
+    job: Name
+    rank: int = Field(ge=0)
+
+
+class NodeDown(_Fault):
+    """The whole node goes silent: no collective, link or GPU message from it any more."""
+
+    type: Literal["node_down"]
+    node: Name
+
+
+class PortDegraded(_Transient):
+    """A NIC port runs at ``factor`` of its bandwidth with rising symbol errors."""
+
+    type: Literal["port_degraded"]
+    node: Name
+    port: Name
+    factor: float = Field(gt=0, lt=1)
+    symbol_err_per_s: float | None = Field(default=None, ge=0, le=1e9)
+
+
+class LinkDown(_Fault):
+    """A NIC port's link goes down: traffic over it stalls, the ops needing it never finish."""
+
+    type: Literal["link_down"]
+    node: Name
+    port: Name
+
+
+class FabricLinkDegraded(_Transient):
+    """A leaf~spine link runs at ``factor``: every connection crossing it slows."""
+
+    type: Literal["fabric_link_degraded"]
+    link: Name
+    factor: float = Field(gt=0, lt=1)
+
+
+Fault = Annotated[
+    SlowGpu | GpuStop | ProcessStuck | NodeDown | PortDegraded | LinkDown | FabricLinkDegraded,
+    Field(discriminator="type"),
+]
+RankFault = SlowGpu | GpuStop | ProcessStuck
+FAULT_TYPES: tuple[str, ...] = (
+    "slow_gpu",
+    "gpu_stop",
+    "process_stuck",
+    "node_down",
+    "port_degraded",
+    "link_down",
+    "fabric_link_degraded",
+)
+
+
+class FabricShape(_Strict):
+    """The fabric generated when no topology is given."""
+
+    nodes_per_leaf: int = Field(default=4, ge=1, le=4096)
+    spines: int = Field(default=4, ge=1, le=1024)
+    spare_nodes: int = Field(default=0, ge=0, le=65_536)
+
+
+class Scenario(_Strict):
+    """Everything one simulated run needs besides the topology."""
+
+    name: Name | None = None
+    seed: int = 0
+    duration_s: float = Field(gt=0, le=86_400)
+    interval_s: float = Field(default=1.0, ge=0.05, le=60)
+    start_ns: int = Field(default=DEFAULT_START_NS, ge=0, le=(1 << 63) - 1)
+    gpu_every_s: float = Field(default=5.0, gt=0, le=3600)
+    # Probability per port per interval of one isolated symbol error (cables are not perfect).
+    port_error_blips: float = Field(default=0.0, ge=0, le=1)
+    # Nodes without a job or a fault send nothing unless asked (they only make the run big).
+    report_idle_nodes: bool = False
+    # Publish the ring connections' paths as c4.route.v1 plans, as a fabric under C4P would.
+    emit_routes: bool = False
+    fabric: FabricShape = FabricShape()
+    jobs: tuple[JobSpec, ...] = Field(min_length=1, max_length=4096)
+    checkpoints: tuple[Checkpoint, ...] = ()
+    faults: tuple[Fault, ...] = ()
+
+    @model_validator(mode="after")
+    def _check_names(self) -> Self:
+        ids = [job.id for job in self.jobs]
+        for index, job_id in enumerate(ids):
+            if job_id in ids[:index]:
+                message = f"jobs[{index}].id: {job_id!r} listed twice"
+                raise ValueError(message)
+        known = set(ids)
+        for where, items in (("checkpoints", self.checkpoints), ("faults", self.faults)):
+            for index, item in enumerate(items):
+                job = getattr(item, "job", None)
+                if job is not None and job not in known:
+                    message = f"{where}[{index}].job: unknown job {job!r}"
+                    raise ValueError(message)
+        ranks = {job.id: job.ranks for job in self.jobs}
+        for index, fault in enumerate(self.faults):
+            if isinstance(fault, RankFault) and fault.rank >= ranks[fault.job]:
+                message = (
+                    f"faults[{index}].rank: {fault.rank} >= {fault.job}'s {ranks[fault.job]} ranks"
+                )
+                raise ValueError(message)
+        return self
+
+
+def parse_scenario(data: bytes | str, source: str = "scenario") -> Scenario:
+    """The scenario in a JSON document, or `ScenarioError` with one line naming the field."""
+    try:
+        document: Any = orjson.loads(data)
+    except orjson.JSONDecodeError as error:
+        message = f"{source}: invalid JSON: {error}"
+        raise ScenarioError(message) from error
+    return scenario_from(document, source)
+
+
+def scenario_from(document: Any, source: str = "scenario") -> Scenario:
+    """Validate an already parsed scenario object; `ScenarioError` on the first problem."""
+    if not isinstance(document, dict):
+        message = f"{source}: expected a JSON object"
+        raise ScenarioError(message)
+    try:
+        return Scenario.model_validate(document)
+    except ValidationError as error:
+        message = f"{source}: {_first_problem(error)}"
+        raise ScenarioError(message) from error
+
+
+def _first_problem(error: ValidationError) -> str:
+    detail = error.errors(include_url=False)[0]
+    where = ""
+    for part in detail["loc"]:
+        if isinstance(part, int):
+            where += f"[{part}]"
+        elif part in FAULT_TYPES:
+            continue  # the union's branch name: the fault's own type says it
+        else:
+            where += f".{part}" if where else str(part)
+    text = detail["msg"].removeprefix("Value error, ")
+    more = error.error_count() - 1
+    suffix = f" (and {more} more)" if more else ""
+    return f"{where}: {text}{suffix}" if where else f"{text}{suffix}"
