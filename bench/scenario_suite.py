@@ -27,29 +27,41 @@ from streams.scoring import SuiteSummary, Truth, format_table, score_case  # noq
 
 MIN_PRECISION = 0.99
 MIN_RECALL = 0.95
+MAX_STRAGGLER_OPS = 50
 
 
-def run_case(scenario: Scenario) -> tuple[list[Truth], list[Diagnosis], int]:
-    """Simulate one scenario, replay it through a fresh engine; (truths, findings, messages)."""
+def iteration_ns(engine: Engine, job: str) -> float | None:
+    """The median time between operations of a job's largest communicator (an iteration)."""
+    detector = engine.jobs.get(job)
+    if detector is None or not detector.comms:
+        return None
+    largest = max(detector.comms.values(), key=lambda tracker: tracker.size)
+    return largest.periods.median()
+
+
+def run_case(scenario: Scenario) -> tuple[list[Truth], list[Diagnosis], Engine]:
+    """Simulate one scenario, replay it through a fresh engine; (truths, findings, engine)."""
     cluster = build_cluster(None, scenario)
     truths = [Truth.from_json(t.as_dict()) for t in ground_truth(None, scenario, cluster)]
     engine = Engine(topology=cluster.topology)
     findings: list[Diagnosis] = []
-    count = 0
     for message in simulate_cluster(cluster, scenario):
-        count += 1
         findings.extend(engine.process(message))
     findings.extend(engine.check(engine.now_ns))
-    return truths, findings, count
+    return truths, findings, engine
 
 
 def run_suite(cases: int, seed: int, sizes: tuple[int, ...], verbose: bool = False) -> SuiteSummary:
     """Every case of the suite, scored and folded into one summary."""
     summary = SuiteSummary()
     for scenario in generate_suite(cases, seed, sizes):
-        truths, findings, _ = run_case(scenario)
+        truths, findings, engine = run_case(scenario)
         score = score_case(truths, findings)
         summary.add(truths, score, findings)
+        for truth in truths:
+            period = iteration_ns(engine, truth.job) if truth.job else None
+            if truth.type == "slow_gpu" and truth.fault in score.found and period:
+                summary.straggler_ops.append(score.found[truth.fault] / period)
         if verbose and (score.missed or score.false_findings):
             for truth in score.missed:
                 print(f"{scenario.name}: missed {truth.fault} {truth.suspect_id}", file=sys.stderr)
@@ -75,6 +87,8 @@ def missed_targets(summary: SuiteSummary) -> list[str]:
             problems.append(f"precision of {cls} {precision:.3f} < {MIN_PRECISION}")
     if summary.healthy_findings:
         problems.append(f"{summary.healthy_findings} findings on healthy runs")
+    if summary.straggler_ops and max(summary.straggler_ops) > MAX_STRAGGLER_OPS:
+        problems.append(f"a straggler took {max(summary.straggler_ops):.0f} operations to name")
     return problems
 
 
@@ -93,6 +107,12 @@ def main() -> int:
         f"{time.perf_counter() - started:.0f} s"
     )
     print(format_table(summary.rows()))
+    if summary.straggler_ops:
+        ops = sorted(summary.straggler_ops)
+        print(
+            f"straggler named after {ops[len(ops) // 2]:.0f} operations (median), "
+            f"{ops[-1]:.0f} at most (target {MAX_STRAGGLER_OPS})"
+        )
     problems = missed_targets(summary)
     for problem in problems:
         print(f"target missed: {problem}")

@@ -91,6 +91,7 @@ class SuiteSummary:
     latencies: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
     findings_by_class: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     true_by_class: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    straggler_ops: list[float] = field(default_factory=list)  # iterations until named
     healthy_runs: int = 0
     healthy_findings: int = 0
     cases: int = 0

@@ -72,7 +72,10 @@ class FabricCorrelator:
         if votes:
             best, count = votes.most_common(1)[0]
             tied = [link for link, n in votes.items() if n == count]
-            if count >= MIN_PATHS:
+            still_open = [link for link in tied if self.book.is_open(None, "link_degraded", link)]
+            if still_open:
+                named.add(still_open[0])  # the evidence still fits the link already named
+            elif count >= MIN_PATHS:
                 suspect: SuspectScore | None
                 if len(tied) == 1:
                     suspect = SuspectScore("link", best, 0.92 if exact else 0.7)

@@ -258,7 +258,9 @@ class JobDetector:
                     if self._fabric_known:
                         continue  # a fabric problem: the correlator names the link
                     suspects = self._path_ports(paths)
-                key = suspects[0].id if suspects else f"comm:{tracker.comm}"
+                if not suspects:
+                    continue  # no connection evidence yet: a finding must name a culprit
+                key = suspects[0].id
                 self._slow_keys[tracker.comm] = key
                 evidence = {
                     "comm": tracker.comm,

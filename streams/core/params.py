@@ -24,8 +24,8 @@ class DetectorParams:
     # A rank (or a node's every rank) silent this long is gone, not waiting.
     silent_after_ns: int = 3 * NS_PER_S
     # Straggler: the same member is the last to enter in this share of the recent ops.
-    straggler_window: int = 30
-    straggler_min_ops: int = 20
+    straggler_window: int = 20
+    straggler_min_ops: int = 12
     straggler_share: float = 0.6
     straggler_resolve_share: float = 0.3
     straggler_min_lag_ns: int = 500_000
