@@ -1,0 +1,36 @@
+"""The pure cores import no transport: detection and planning never see Kafka, Faust or Redis."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TRANSPORTS = {"faust", "mode", "confluent_kafka", "aiokafka", "redis"}
+PURE = ["streams/core", "actions/planner", "topology", "schemas", "producers/simulator"]
+
+
+def imported_roots(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+@pytest.mark.parametrize("package", PURE)
+def test_pure_package_imports_no_transport(package: str) -> None:
+    files = sorted((REPO / package).rglob("*.py"))
+    assert files
+    for path in files:
+        assert not imported_roots(path) & TRANSPORTS, path
+
+
+def test_topology_imports_nothing_of_the_layers_above() -> None:
+    for path in sorted((REPO / "topology").rglob("*.py")):
+        assert not imported_roots(path) & {"producers", "streams", "actions", "c4"}, path
