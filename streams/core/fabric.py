@@ -18,6 +18,7 @@ from streams.core.job import SlowPath
 
 RESOLVE_AFTER_CHECKS = 8
 MIN_PATHS = 2
+TIE_PATIENCE = 12
 
 
 class FabricCorrelator:
@@ -38,6 +39,7 @@ class FabricCorrelator:
                 leaf, spine = (link.a, link.b) if tiers.get(link.a) == 1 else (link.b, link.a)
                 self._spines_of[leaf].append(spine)
         self._quiet: dict[str, int] = {}
+        self._tie_checks = 0
 
     @property
     def knows_paths(self) -> bool:
@@ -79,8 +81,14 @@ class FabricCorrelator:
                 suspect: SuspectScore | None
                 if len(tied) == 1:
                     suspect = SuspectScore("link", best, 0.92 if exact else 0.7)
+                    self._tie_checks = 0
                 else:
-                    suspect = self._shared_switch(tied)
+                    # More paths usually break a tie soon: name the shared switch only when
+                    # the tie lasts.
+                    self._tie_checks += 1
+                    suspect = (
+                        self._shared_switch(tied) if self._tie_checks >= TIE_PATIENCE else None
+                    )
                 if suspect is not None:
                     named.add(suspect.id)
                     evidence = {"slow_paths": count, "jobs": sorted(jobs[best])[:32]}

@@ -8,7 +8,7 @@ from statistics import median
 from typing import Any
 
 from schemas.messages import Collective, Diagnosis, Job, RankPlace
-from streams.core.comm import CommTracker, ConnSample, Hang, Member
+from streams.core.comm import CommTracker, Hang, Member
 from streams.core.findings import FindingBook, SuspectScore
 from streams.core.params import DetectorParams
 from streams.core.places import PortHealth, Routes, gpu_id, port_id, rank_id
@@ -243,6 +243,11 @@ class JobDetector:
         self.slow_paths = []
         for tracker in self.comms.values():
             slowdowns = tracker.slowdowns(now_ns)
+            # Slow connections that no port explains are the fabric correlator's evidence
+            # whether or not this job's operations slowed yet (a ring hides a slow hop
+            # behind its latency on small messages).
+            suspects, paths = self._slow_suspects(tracker)
+            self.slow_paths.extend(paths)
             key = self._slow_keys.get(tracker.comm)
             if not slowdowns:
                 if key is not None:
@@ -250,41 +255,46 @@ class JobDetector:
                     if resolved := self.book.resolve(self.job, "comm_slow", key, now_ns):
                         out.append(resolved)
                 continue
+            if key is not None:
+                continue
+            if paths and not suspects:
+                if self._fabric_known:
+                    continue  # a fabric problem: the correlator names the link
+                suspects = self._path_ports(paths)
+            if not suspects:
+                continue  # no connection evidence yet: a finding must name a culprit
             worst = max(slowdowns, key=lambda s: s.factor)
-            suspects, paths = self._slow_suspects(tracker)
-            self.slow_paths.extend(paths)
-            if key is None:
-                if paths and not suspects:
-                    if self._fabric_known:
-                        continue  # a fabric problem: the correlator names the link
-                    suspects = self._path_ports(paths)
-                if not suspects:
-                    continue  # no connection evidence yet: a finding must name a culprit
-                key = suspects[0].id
-                self._slow_keys[tracker.comm] = key
-                evidence = {
-                    "comm": tracker.comm,
-                    "op": worst.op,
-                    "slowdown": round(worst.factor, 3),
-                    "baseline_ms": round(worst.baseline_ns / 1e6, 3),
-                    "recent_ms": round(worst.recent_ns / 1e6, 3),
-                    "throughput": self._throughput_matrix(tracker),
-                }
-                self._fire(out, "comm_slow", key, worst.since_ns, now_ns, suspects, evidence)
+            key = suspects[0].id
+            self._slow_keys[tracker.comm] = key
+            evidence = {
+                "comm": tracker.comm,
+                "op": worst.op,
+                "slowdown": round(worst.factor, 3),
+                "baseline_ms": round(worst.baseline_ns / 1e6, 3),
+                "recent_ms": round(worst.recent_ns / 1e6, 3),
+                "throughput": self._throughput_matrix(tracker),
+            }
+            self._fire(out, "comm_slow", key, worst.since_ns, now_ns, suspects, evidence)
 
     def _slow_suspects(
         self, tracker: CommTracker
     ) -> tuple[tuple[SuspectScore, ...], list[SlowPath]]:
-        samples = [s for s in tracker.recent_conns() if s.busy_ns > 0]
-        if not samples:
+        """A port two slow connections share, or else the slow connections' paths."""
+        throughput: dict[tuple[int, int], list[float]] = {}
+        for sample in tracker.recent_conns():
+            if sample.busy_ns > 0:
+                throughput.setdefault((sample.rank, sample.peer), []).append(
+                    sample.nbytes / sample.busy_ns
+                )
+        if not throughput:
             return (), []
-        typical = median(s.nbytes / s.busy_ns for s in samples)
-        slow = [s for s in samples if s.nbytes / s.busy_ns < typical * self.params.slow_conn_share]
+        per_conn = {conn: median(values) for conn, values in throughput.items()}
+        typical = median(per_conn.values())
+        slow = [c for c, tp in per_conn.items() if tp < typical * self.params.slow_conn_share]
+        if not slow or len(slow) > max(4, len(per_conn) // 4):
+            return (), []  # nothing slow, or everything: no single culprit in the matrix
         votes: Counter[str] = Counter()
-        connections: dict[tuple[int, int], ConnSample] = {}
-        for sample in slow:
-            connections[(sample.rank, sample.peer)] = sample
-        for rank, peer in connections:
+        for rank, peer in slow:
             for member in (tracker.members[rank], tracker.members[peer]):
                 port = self._port_of(member)
                 if port is not None:
@@ -295,7 +305,7 @@ class JobDetector:
                 score = 0.97 if self._ports.errors_rising(port) else 0.9
                 return (SuspectScore("port", port, score),), []
         paths = []
-        for (rank, peer), _ in connections.items():
+        for rank, peer in slow:
             src, dst = self._port_of(tracker.members[rank]), self._port_of(tracker.members[peer])
             if src is None or dst is None:
                 continue
