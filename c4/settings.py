@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_password: SecretStr | None = None
 
+    # Put before every topic name, e.g. "staging." (tests use a unique one); empty in production.
+    topic_prefix: str = Field(default="", pattern=r"^[A-Za-z0-9._-]*$", max_length=100)
     topic_partitions: int = Field(default=8, ge=1, le=10_000)
     topic_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=-1)
 

@@ -86,8 +86,20 @@ def truth_lines(cluster: Cluster, scenario: Scenario) -> bytes:
     return b"".join(orjson.dumps(item.as_dict()) + b"\n" for item in truth)
 
 
+def publish_run(cluster: Cluster, scenario: Scenario, settings: Settings, speed: float) -> int:
+    """Publish the run to Kafka live, ``speed`` x real time; returns the messages sent."""
+    from producers.publisher import Publisher, paced
+
+    publisher = Publisher(settings.kafka_client_config(), settings.topic_prefix)
+    sent = 0
+    for message in paced(simulate_cluster(cluster, scenario), speed):
+        publisher.publish(message)
+        sent += 1
+    publisher.flush()
+    return sent
+
+
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    del settings  # offline: no broker, no Redis
     scenario = load_scenario(args.scenario, args.seed)
     topology = load_topology(args.topology) if args.topology else None
     truth_path = args.truth
@@ -96,6 +108,12 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     # Every error surfaces here, before any output is written.
     cluster = place(topology, scenario, args.scenario)
     truth = truth_lines(cluster, scenario)
+    if args.kafka:
+        if truth_path is not None:
+            Path(truth_path).write_bytes(truth)
+        sent = publish_run(cluster, scenario, settings, args.speed)
+        print(f"{sent} messages published to {settings.kafka_bootstrap}", file=sys.stderr)
+        return 0
     if args.out == "-":
         counts = write_run(cluster, scenario, sys.stdout.buffer)
         sys.stdout.flush()
@@ -129,4 +147,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--truth", help="ground-truth file (default: <out>.truth.jsonl; none for stdout)"
     )
+    parser.add_argument(
+        "--kafka",
+        action="store_true",
+        help="publish live to the configured Kafka instead of writing a file",
+    )
+    parser.add_argument(
+        "--speed", type=_positive, default=1.0, help="with --kafka: x real time (default 1)"
+    )
     parser.set_defaults(handler=_run)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        message = f"expected a positive number, got {text!r}"
+        raise argparse.ArgumentTypeError(message)
+    return value

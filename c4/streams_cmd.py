@@ -19,6 +19,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here: Faust is heavy and only this subcommand needs it.
     import faust
 
+    from schemas.topics import ALL_TOPICS
     from streams.app import create_detection_app
     from streams.core.engine import Engine
     from streams.live import LiveDetection
@@ -28,6 +29,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         faust_broker_url(settings.kafka_bootstrap),
         LiveDetection(Engine(), clock_rate=args.clock_rate),
         partitions=settings.topic_partitions,
+        topic_names={topic.kind: settings.topic_prefix + topic.name for topic in ALL_TOPICS},
         web_port=args.web_port,
         web_bind=args.web_bind,
     )

@@ -58,7 +58,7 @@ def create_topics(
         message = f"retention.ms must be -1 (forever) or more (got {retention})"
         raise TopicError(message)
     # dict.fromkeys: keeps the order, drops a name given twice (the admin API rejects those).
-    names = list(dict.fromkeys(topic.name for topic in topics))
+    names = list(dict.fromkeys(settings.topic_prefix + topic.name for topic in topics))
     if not names:
         return []
     admin = _admin(settings)
@@ -120,12 +120,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             print(f"{name} {outcome}")
         return 0
     present = dict(list_topics(settings))
+    prefix = settings.topic_prefix
     for name, count in present.items():
-        marker = " (v1)" if name in TOPICS_BY_NAME else ""
+        marker = " (v1)" if name.removeprefix(prefix) in TOPICS_BY_NAME else ""
         print(f"{name} {count} partitions{marker}")
     for topic in ALL_TOPICS:
-        if topic.name not in present:
-            print(f"{topic.name} missing (run: c4 topics create)")
+        if prefix + topic.name not in present:
+            print(f"{prefix + topic.name} missing (run: c4 topics create)")
     return 0
 
 
