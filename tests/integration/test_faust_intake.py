@@ -1,22 +1,18 @@
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import orjson
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from schemas.codec import Rejection, decode
 from schemas.messages import Collective, Deadletter, Job
 from tests.contract import contract_examples
+from tests.integration.workers import FaustWorker, create_topics
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
 
 
 def collective(job: str, seq: int) -> bytes:
@@ -29,42 +25,14 @@ def test_faust_agent_decodes_and_dead_letters(
     kafka_bootstrap: str, unique: str, tmp_path: Path
 ) -> None:
     prefix = f"test.{unique}"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     names = [f"{prefix}.{kind}" for kind in ("collective", "link", "gpu", "job", "deadletter")]
-    futures = admin.create_topics(
-        [
-            NewTopic(name, num_partitions=4, replication_factor=1)
-            for name in [*names, f"{prefix}.echo"]
-        ]
-    )
-    for future in futures.values():
-        future.result(30)
-
-    env = dict(
-        os.environ,
-        C4_TEST_TOPIC_PREFIX=prefix,
-        C4_TEST_APP_ID=f"test-{unique}",
-        C4_KAFKA_BOOTSTRAP=kafka_bootstrap,
-        PYTHONPATH=str(REPO),
-    )
-    log_path = tmp_path / "worker.log"
-    log_file = log_path.open("wb")
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.echo_app",
-            "worker",
-            "-l",
-            "warn",
-            "--without-web",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-    )
-    try:
+    create_topics(kafka_bootstrap, [*names, f"{prefix}.echo"])
+    env = {
+        "C4_TEST_TOPIC_PREFIX": prefix,
+        "C4_TEST_APP_ID": f"test-{unique}",
+        "C4_KAFKA_BOOTSTRAP": kafka_bootstrap,
+    }
+    with FaustWorker("tests.integration.echo_app", env, tmp_path / "worker.log") as worker:
         producer = Producer(
             {
                 "bootstrap.servers": kafka_bootstrap,
@@ -113,7 +81,7 @@ def test_faust_agent_decodes_and_dead_letters(
         ) and time.monotonic() < deadline:
             record = consumer.poll(0.5)
             if record is None or record.error() is not None:
-                assert worker.poll() is None, log_path.read_text(errors="replace")[-3000:]
+                worker.assert_alive()
                 continue
             result = decode(record.value())
             assert not isinstance(result, Rejection), result.reason
@@ -125,10 +93,6 @@ def test_faust_agent_decodes_and_dead_letters(
                 assert isinstance(result, Deadletter)
                 letters.append((record.key(), result))
         consumer.close()
-    finally:
-        worker.terminate()
-        worker.wait(30)
-        log_file.close()
 
     assert sorted(echoed) == sorted(jobs)
     model, partition = echoed["job-0"]

@@ -1,0 +1,60 @@
+"""Helpers of the integration tier: unique topics and Faust workers run as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import TracebackType
+
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int = 4) -> None:
+    """Create fresh topics and wait until the broker has them."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1) for name in names]
+    )
+    for future in futures.values():
+        future.result(30)
+
+
+class FaustWorker:
+    """``python -m MODULE worker`` with its own topics and group; log kept for failures."""
+
+    def __init__(self, module: str, env: dict[str, str], log_path: Path) -> None:
+        self._args = [sys.executable, "-m", module, "worker", "-l", "warn", "--without-web"]
+        self._env = dict(os.environ, PYTHONPATH=str(REPO), **env)
+        self._log_path = log_path
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> FaustWorker:
+        log = self._log_path.open("wb")
+        self._process = subprocess.Popen(
+            self._args, cwd=REPO, env=self._env, stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()  # the child holds its own descriptor
+        return self
+
+    def assert_alive(self) -> None:
+        """Fail the test with the worker's last log lines when it has exited."""
+        assert self._process is not None
+        if self._process.poll() is not None:
+            tail = self._log_path.read_text(errors="replace")[-3000:]
+            message = f"worker exited {self._process.returncode}:\n{tail}"
+            raise AssertionError(message)
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._process is not None
+        self._process.terminate()
+        self._process.wait(30)
