@@ -24,10 +24,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     from streams.core.engine import Engine
     from streams.live import LiveDetection
 
+    live = LiveDetection(Engine(), clock_rate=args.clock_rate)
+    if args.metrics_port:
+        live.metrics.serve(args.metrics_port)
     app = create_detection_app(
         args.app_id,
         faust_broker_url(settings.kafka_bootstrap),
-        LiveDetection(Engine(), clock_rate=args.clock_rate),
+        live,
         partitions=settings.topic_partitions,
         topic_names={topic.kind: settings.topic_prefix + topic.name for topic in ALL_TOPICS},
         web_port=args.web_port,
@@ -53,6 +56,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=float,
         default=1.0,
         help="event seconds per wall second while silent (a sped-up simulator: its speed)",
+    )
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=9464,
+        help="Prometheus /metrics on 127.0.0.1 (0: off)",
     )
     worker.add_argument("--loglevel", default="info", choices=("debug", "info", "warn", "error"))
     worker.set_defaults(handler=_run)

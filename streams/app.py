@@ -50,6 +50,7 @@ def create_app(
     web_port: int | None = None,
     web_bind: str = "127.0.0.1",
     broker_config: Mapping[str, Any] | None = None,
+    on_reject: Callable[[str, Rejection], None] | None = None,
 ) -> faust.App:
     """A Faust app with one decoding agent per input kind.
 
@@ -79,16 +80,20 @@ def create_app(
             names[topic.kind], key_serializer="raw", value_serializer="raw", partitions=partitions
         )
         app.agent(source, name=f"{app_id}.{topic.kind}")(
-            _decoding_agent(names[topic.kind], topic.kind, handler, deadletters)
+            _decoding_agent(names[topic.kind], topic.kind, handler, deadletters, on_reject)
         )
     return app
 
 
 def _decoding_agent(
-    topic_name: str, kind: str, handler: Handler, deadletters: Any
+    topic_name: str,
+    kind: str,
+    handler: Handler,
+    deadletters: Any,
+    on_reject: Callable[[str, Rejection], None] | None,
 ) -> Callable[[Any], Awaitable[None]]:
     async def agent(stream: Any) -> None:
-        async for key, message, raw in decoded(stream, topic_name, kind, deadletters):
+        async for key, message, raw in decoded(stream, topic_name, kind, deadletters, on_reject):
             try:
                 await handler(key, message)
             except Exception as error:  # noqa: BLE001 - one bad record must not stop the agent
@@ -96,6 +101,8 @@ def _decoding_agent(
                 failure = Rejection(
                     RejectCode.PROCESSING_FAILED, "", f"{type(error).__name__}: {error}"
                 )
+                if on_reject is not None:
+                    on_reject(topic_name, failure)
                 await send_dead_letter(deadletters, topic_name, key, raw, failure)
 
     agent.__name__ = f"decode_{kind}"
@@ -132,6 +139,9 @@ def create_detection_app(
         partitions=partitions,
         topic_names=names,
         handlers={topic.kind: feed for topic in INPUT_TOPICS},
+        on_reject=lambda topic, rejection: live.metrics.rejected.labels(
+            topic, rejection.code.value
+        ).inc(),
         web_port=web_port,
         web_bind=web_bind,
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from schemas.base import C4Model
@@ -35,7 +35,11 @@ async def send_dead_letter(
 
 
 async def decoded(
-    stream: Any, topic_name: str, kind: str, deadletters: Any
+    stream: Any,
+    topic_name: str,
+    kind: str,
+    deadletters: Any,
+    on_reject: Callable[[str, Rejection], None] | None = None,
 ) -> AsyncIterator[tuple[str | None, C4Model, bytes]]:
     """Yield ``(key, model, raw)`` for every valid record of ``stream``; dead-letter the rest."""
     async for event in stream.events():
@@ -45,6 +49,8 @@ async def decoded(
         key = key_text(event.key)
         if isinstance(result, Rejection):
             log.warning("rejected record on %s: %s", topic_name, result.reason)
+            if on_reject is not None:
+                on_reject(topic_name, result)
             await send_dead_letter(deadletters, topic_name, key, raw, result)
             continue
         yield key, result, raw

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from schemas.base import C4Model
 from schemas.messages import Diagnosis
 from streams.core.engine import Engine
+from streams.metrics import StreamMetrics
 
 NS_PER_S = 1_000_000_000
 
@@ -37,11 +38,17 @@ class LiveDetection:
         *,
         clock_rate: float = 1.0,
         max_lateness_ns: int = 30 * NS_PER_S,
+        silence_grace_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
+        metrics: StreamMetrics | None = None,
     ) -> None:
         self.engine = engine
+        self.metrics = metrics or StreamMetrics()
         self.clock_rate = clock_rate
         self.max_lateness_ns = max_lateness_ns
+        # Gaps between fetched batches are not silence: only past this much wall time
+        # without a message does the timer move event time on by itself.
+        self.silence_grace_s = silence_grace_s
         self._monotonic = monotonic
         self._latest_event_ns = 0
         self._wall_at_latest = monotonic()
@@ -52,21 +59,32 @@ class LiveDetection:
         ts_ns = int(getattr(message, "ts_ns", 0))
         if ts_ns < self.engine.now_ns - self.max_lateness_ns:
             self.counters.too_late += 1
+            self.metrics.late.inc()
             return []
         self.counters.messages += 1
+        self.metrics.messages.labels(str(getattr(message, "kind", ""))).inc()
         if ts_ns > self._latest_event_ns:
             self._latest_event_ns = ts_ns
             self._wall_at_latest = self._monotonic()
-        found = self.engine.process(message)
-        self.counters.diagnoses += len(found)
+        with self.metrics.processing.time():
+            found = self.engine.process(message)
+        self._observe(found)
         return found
+
+    def _observe(self, found: list[Diagnosis]) -> None:
+        self.counters.diagnoses += len(found)
+        self.metrics.record_diagnoses(found)
+        self.metrics.event_time.set(self.engine.now_ns / NS_PER_S)
+        self.metrics.tracked_jobs.set(len(self.engine.jobs))
 
     def on_timer(self) -> list[Diagnosis]:
         """Advance event time by the wall time since the latest message; run due checks."""
         if self._latest_event_ns == 0:
             return []
-        elapsed_s = self._monotonic() - self._wall_at_latest
+        elapsed_s = self._monotonic() - self._wall_at_latest - self.silence_grace_s
+        if elapsed_s <= 0:
+            return []
         now_ns = self._latest_event_ns + int(elapsed_s * self.clock_rate * NS_PER_S)
         found = self.engine.advance(now_ns)
-        self.counters.diagnoses += len(found)
+        self._observe(found)
         return found

@@ -14,6 +14,7 @@ from streams.core.params import DetectorParams
 from streams.core.places import PortHealth, Routes, gpu_id, port_id, rank_id
 
 HANG_KEY = "hang"
+MULTI_SUSPECT_PATIENCE_NS = 1_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +159,12 @@ class JobDetector:
             noncomm, comm = [], []
         if noncomm:
             _, tracker, hang, members = min(noncomm, key=lambda item: item[0])
+            if len(members) > 2 and not self.book.is_open(self.job, "noncomm_hang", HANG_KEY):
+                # Many missing at once is often one rank seen from a big communicator while
+                # the small one that names it has not reported yet: give it a second.
+                due_at = hang.since_ns + self.params.hang_after_ns(tracker.median_op_ns())
+                if now_ns < due_at + MULTI_SUSPECT_PATIENCE_NS:
+                    return
             score = 0.95 if len(members) <= 2 else max(0.3, 0.95 * 2 / len(members))
             suspects = tuple(self._rank_suspect(m, score) for m in members[:16])
             evidence: dict[str, Any] = {

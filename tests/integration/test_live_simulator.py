@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import orjson
@@ -44,6 +46,7 @@ def test_simulated_fault_found_live(kafka_bootstrap: str, unique: str, tmp_path:
     scenario = tmp_path / "scenario.json"
     scenario.write_bytes(orjson.dumps(SCENARIO))
     truth = tmp_path / "truth.jsonl"
+    metrics_port = free_port()
     with (tmp_path / "worker.log").open("wb") as log:
         worker = subprocess.Popen(
             [
@@ -56,6 +59,8 @@ def test_simulated_fault_found_live(kafka_bootstrap: str, unique: str, tmp_path:
                 "10",
                 "--web-port",
                 str(free_port()),
+                "--metrics-port",
+                str(metrics_port),
                 "--loglevel",
                 "warn",
             ],
@@ -102,6 +107,9 @@ def test_simulated_fault_found_live(kafka_bootstrap: str, unique: str, tmp_path:
                 assert isinstance(result, Diagnosis)
                 found.append(result)
             consumer.close()
+            url = f"http://127.0.0.1:{metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - loopback
+                metrics = response.read().decode()
         finally:
             worker.terminate()
             worker.wait(30)
@@ -109,3 +117,10 @@ def test_simulated_fault_found_live(kafka_bootstrap: str, unique: str, tmp_path:
     assert found[0].class_ in expected["classes"]
     assert found[0].suspects[0].id == expected["suspect"]["id"]
     assert found[0].job == "job-live"
+    # The worker's Prometheus endpoint counted what it took and what it concluded.
+    assert 'c4_stream_messages_total{kind="collective"}' in metrics
+    assert "c4_stream_diagnoses_total{" in metrics, metrics[-2500:]
+    assert re.search(r"c4_stream_diagnoses_total{[^}]*class=\"noncomm_hang\"[^}]*} 1.0", metrics), [
+        l for l in metrics.splitlines() if "diagnoses_total" in l
+    ]
+    assert "c4_stream_processing_seconds_bucket" in metrics

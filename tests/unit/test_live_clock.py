@@ -41,7 +41,7 @@ def test_clock_rate_scales_silent_time() -> None:
         if message.ts_ns > hang_start + 2 * S:
             break
         live.on_message(message)
-    clock.now += 1.0  # ten event seconds at rate 10
+    clock.now += 2.0  # one wall second past the grace: ten event seconds at rate 10
     assert [d.class_ for d in live.on_timer()] == ["noncomm_hang"]
 
 
@@ -53,3 +53,23 @@ def test_messages_beyond_lateness_are_counted_and_dropped() -> None:
     live.on_message(messages[0])  # far older than 5 s behind the clock
     assert live.counters.too_late == 1
     assert live.counters.messages == 1
+
+
+def test_metrics_count_messages_late_drops_and_diagnoses() -> None:
+    live = LiveDetection(Engine(), max_lateness_ns=5 * S)
+    job = RingJob(stuck_rank={11: 40})
+    for message in [job.job_message(), *job.messages()]:
+        live.on_message(message)
+    live.on_message(job.messages()[0])  # far behind the clock now
+    registry = live.metrics.registry
+    assert registry.get_sample_value("c4_stream_messages_total", {"kind": "collective"}) == len(
+        job.messages()
+    )
+    assert registry.get_sample_value("c4_stream_late_dropped_total") == 1
+    assert (
+        registry.get_sample_value(
+            "c4_stream_diagnoses_total", {"class": "noncomm_hang", "state": "firing"}
+        )
+        == 1
+    )
+    assert registry.get_sample_value("c4_stream_tracked_jobs") == 1
