@@ -95,7 +95,11 @@ class JobDetector:
         down = self._check_nodes(now_ns, out)
         self._check_hangs(now_ns, down, out)
         self._check_stragglers(now_ns, out)
-        self._check_slowdowns(now_ns, out)
+        if down:
+            # Connections to a node that is gone stall: no slow path, no slowdown to blame.
+            self.slow_paths = []
+        else:
+            self._check_slowdowns(now_ns, out)
         return out
 
     def _node_last_seen(self) -> dict[str, int]:

@@ -119,8 +119,6 @@ def test_simulated_fault_found_live(kafka_bootstrap: str, unique: str, tmp_path:
     assert found[0].job == "job-live"
     # The worker's Prometheus endpoint counted what it took and what it concluded.
     assert 'c4_stream_messages_total{kind="collective"}' in metrics
-    assert "c4_stream_diagnoses_total{" in metrics, metrics[-2500:]
-    assert re.search(r"c4_stream_diagnoses_total{[^}]*class=\"noncomm_hang\"[^}]*} 1.0", metrics), [
-        l for l in metrics.splitlines() if "diagnoses_total" in l
-    ]
+    hang_count = re.compile(r'c4_stream_diagnoses_total\{[^}]*class="noncomm_hang"[^}]*\} 1\.0')
+    assert hang_count.search(metrics), metrics[-2500:]
     assert "c4_stream_processing_seconds_bucket" in metrics
