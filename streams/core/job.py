@@ -166,8 +166,12 @@ class JobDetector:
             if len(members) > 2 and not self.book.is_open(self.job, "noncomm_hang", HANG_KEY):
                 # Many missing at once is often one rank seen from a big communicator while
                 # the small one that names it has not reported yet: give it a second.
+                # Counted in the job's own data time, so that a live clock running ahead of
+                # lagging data waits for it (up to ten seconds of engine time).
                 due_at = hang.since_ns + self.params.hang_after_ns(tracker.median_op_ns())
-                if now_ns < due_at + MULTI_SUSPECT_PATIENCE_NS:
+                data_now = max(self._node_last_seen().values(), default=now_ns)
+                patience = MULTI_SUSPECT_PATIENCE_NS
+                if data_now < due_at + patience and now_ns < due_at + 10 * patience:
                     return
             score = 0.95 if len(members) <= 2 else max(0.3, 0.95 * 2 / len(members))
             suspects = tuple(self._rank_suspect(m, score) for m in members[:16])
