@@ -14,6 +14,7 @@ from c4 import (
     doctor,
     plan_cmd,
     schemas_cmd,
+    score_cmd,
     simulate_cmd,
     stack,
     streams_cmd,
@@ -32,6 +33,7 @@ SUBCOMMANDS = (
     streams_cmd,
     diagnose_cmd,
     simulate_cmd,
+    score_cmd,
     topology_cmd,
     plan_cmd,
 )
