@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.handler(args, settings)
     except C4Error as error:
         print(f"c4: error: {error}", file=sys.stderr)
-        return 1
+        return int(getattr(error, "exit_code", 1))
     except OSError as error:
         print(
             f"c4: error: {error.strerror or error}: {error.filename or ''}".rstrip(": "),

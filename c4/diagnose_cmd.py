@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from c4 import C4Error
+from c4.inputs import load_document, read_input
 from schemas.codec import Rejection, decode, encode
 from schemas.files import Topology
 from schemas.messages import Job
@@ -25,20 +26,10 @@ class DiagnoseError(C4Error):
     """An input file of `c4 diagnose` is unusable."""
 
 
-def load_topology(path: str) -> Topology:
-    """The v1 topology file, or a one-line error."""
-    result = decode(_read(path), "topology")
-    if isinstance(result, Rejection):
-        message = f"{path}: {result.reason}"
-        raise DiagnoseError(message)
-    assert isinstance(result, Topology)  # noqa: S101 - decode(kind="topology") returns one
-    return result
-
-
 def load_params(path: str) -> tuple[DetectorParams, dict[str, dict[str, Any]]]:
     """``{"defaults": {...}, "jobs": {"job-1": {...}}}``: parameters, overall and per job."""
     try:
-        document = orjson.loads(_read(path))
+        document = orjson.loads(read_input(path))
         if not isinstance(document, dict):
             message = "expected a JSON object"
             raise TypeError(message)
@@ -52,22 +43,14 @@ def load_params(path: str) -> tuple[DetectorParams, dict[str, dict[str, Any]]]:
     return params, jobs
 
 
-def _read(path: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as error:
-        message = f"cannot read {path}: {error.strerror}"
-        raise DiagnoseError(message) from error
-
-
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     del settings  # an offline replay: no broker, no Redis
-    topology = load_topology(args.topology) if args.topology else None
+    topology = load_document(args.topology, "topology", Topology) if args.topology else None
     params, job_params = load_params(args.params) if args.params else (DetectorParams(), {})
     engine = Engine(params, job_params, topology)
     stats = ReplayStats()
     if args.jobs:
-        for number, raw in enumerate(_read(args.jobs).splitlines(), start=1):
+        for number, raw in enumerate(read_input(args.jobs).splitlines(), start=1):
             if not raw.strip():
                 continue
             job = decode(raw, "job")

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, TypeVar
-
-import orjson
+from typing import TYPE_CHECKING
 
 from actions.planner import plan, plan_json
+from c4.inputs import load_document
 from c4.topology_cmd import write_output
-from schemas.base import C4Model
-from schemas.codec import Rejection, decode_object
 from schemas.files import Flows, Topology
 from topology import TopologyError
 from topology.ecmp import HASH_MODELS, hash_model
@@ -25,52 +22,11 @@ from topology.model import Fabric
 if TYPE_CHECKING:
     from c4.settings import Settings
 
-Model = TypeVar("Model", bound=C4Model)
-
-
-class InputError(Exception):
-    """An input file that cannot be read or is not the v1 document expected."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def load_file(path: str, kind: str, model: type[Model]) -> Model:
-    """Read and decode one v1 file; raises `InputError` (exit 2 unreadable, 1 invalid).
-
-    Decoded with the codec's validation, but not its size limit: that limit is for Kafka
-    messages, and the topology of a large cluster is a file of several MiB.
-    """
-    try:
-        with open(path, "rb") as stream:
-            data = stream.read()
-    except OSError as error:
-        message = f"{error.strerror or error}: {path}"
-        raise InputError(message, 2) from None
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as error:
-        message = f"{path}: invalid JSON: {error}"
-        raise InputError(message, 1) from None
-    result = decode_object(obj, kind)
-    if isinstance(result, Rejection):
-        message = f"{path}: {result.reason}"
-        raise InputError(message, 1)
-    if not isinstance(result, model):  # decode_object chose the model by kind
-        message = f"{path}: not a {kind} file"
-        raise InputError(message, 1)
-    return result
-
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     del settings  # offline: no broker, no Redis
-    try:
-        topology = load_file(args.topology, "topology", Topology)
-        flows = load_file(args.flows, "flows", Flows)
-    except InputError as error:
-        print(f"c4: error: {error}", file=sys.stderr)
-        return error.code
+    topology = load_document(args.topology, "topology", Topology)
+    flows = load_document(args.flows, "flows", Flows)
     try:
         fabric = Fabric.from_topology(topology)
         model = hash_model(args.hash, args.seed) if args.hash else None

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 
 from c4 import C4Error
+from c4.inputs import read_input
 from schemas.codec import Rejection, decode
 from schemas.messages import Diagnosis
 from streams.scoring import Truth, score_case
@@ -22,11 +22,7 @@ class ScoreError(C4Error):
 
 
 def _lines(path: str) -> list[bytes]:
-    try:
-        return [line for line in Path(path).read_bytes().splitlines() if line.strip()]
-    except OSError as error:
-        message = f"cannot read {path}: {error.strerror}"
-        raise ScoreError(message) from error
+    return [line for line in read_input(path).splitlines() if line.strip()]
 
 
 def load_truths(path: str) -> list[Truth]:

@@ -11,10 +11,11 @@ from typing import IO, TYPE_CHECKING
 import orjson
 
 from c4 import C4Error
+from c4.inputs import load_document, read_input
 from producers.simulator import Scenario, ScenarioError, ground_truth, parse_scenario
 from producers.simulator.cluster import Cluster, build_cluster
 from producers.simulator.run import simulate_cluster
-from schemas.codec import Rejection, decode, encode
+from schemas.codec import encode
 from schemas.files import Topology
 
 if TYPE_CHECKING:
@@ -30,30 +31,10 @@ class SimulateError(C4Error):
 def load_scenario(path: str, seed: int | None) -> Scenario:
     """The scenario file (``--seed`` replacing its seed), or a one-line error."""
     try:
-        scenario = parse_scenario(_read(path), path)
+        scenario = parse_scenario(read_input(path), path)
     except ScenarioError as error:
         raise SimulateError(str(error)) from error
     return scenario if seed is None else scenario.model_copy(update={"seed": seed})
-
-
-def load_topology(path: str) -> Topology:
-    """The v1 topology file, or a one-line error."""
-    result = decode(_read(path), "topology")
-    if isinstance(result, Rejection):
-        message = f"{path}: {result.reason}"
-        raise SimulateError(message)
-    if not isinstance(result, Topology):  # decode(kind="topology") returns one
-        message = f"{path}: not a topology"
-        raise SimulateError(message)
-    return result
-
-
-def _read(path: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as error:
-        message = f"cannot read {path}: {error.strerror}"
-        raise SimulateError(message) from error
 
 
 def place(topology: Topology | None, scenario: Scenario, source: str) -> Cluster:
@@ -101,7 +82,7 @@ def publish_run(cluster: Cluster, scenario: Scenario, settings: Settings, speed:
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     scenario = load_scenario(args.scenario, args.seed)
-    topology = load_topology(args.topology) if args.topology else None
+    topology = load_document(args.topology, "topology", Topology) if args.topology else None
     truth_path = args.truth
     if truth_path is None and args.out != "-":
         truth_path = f"{args.out}.truth.jsonl"

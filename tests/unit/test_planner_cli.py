@@ -6,7 +6,6 @@ from typing import Any
 import orjson
 import pytest
 
-from c4 import plan_cmd
 from schemas.codec import decode, encode
 from schemas.files import Plan
 from tests.unit.test_topology_generate import run_command
@@ -37,7 +36,7 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_prints_a_v1_plan(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     topology, flows = files
-    assert run_command(plan_cmd, ["plan", "--topology", str(topology), "--flows", str(flows)]) == 0
+    assert run_command(["plan", "--topology", str(topology), "--flows", str(flows)]) == 0
     result = decode(capsys.readouterr().out.encode(), "plan")
     assert isinstance(result, Plan)
     assert [path.flow for path in result.paths] == ["f1", "f2", "f3"]
@@ -53,7 +52,7 @@ def test_hash_adds_a_source_port_that_steers_each_flow(
     topology, flows = files
     out = tmp_path / "plan.json"
     argv = ["plan", "--topology", str(topology), "--flows", str(flows), "--hash", "xor-fold"]
-    assert run_command(plan_cmd, [*argv, "--out", str(out)]) == 0
+    assert run_command([*argv, "--out", str(out)]) == 0
     document = orjson.loads(out.read_bytes())
     assert isinstance(decode(out.read_bytes(), "plan"), Plan)  # still a valid v1 plan
     fabric = Fabric.from_topology(generate(Shape(nodes=16, spines=4, nics=1)))
@@ -103,7 +102,7 @@ def test_bad_input_is_one_line(
 ) -> None:
     topology, _ = files
     argv = ["plan", "--topology", str(topology), "--flows", bad(tmp_path, "f.json", flows)]
-    assert run_command(plan_cmd, argv) == code
+    assert run_command(argv) == code
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith("c4: error: ")
@@ -116,7 +115,7 @@ def test_missing_file_exits_two(
 ) -> None:
     _, flows = files
     argv = ["plan", "--topology", str(tmp_path / "absent.json"), "--flows", str(flows)]
-    assert run_command(plan_cmd, argv) == 2
+    assert run_command(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "No such file" in err
 
@@ -124,7 +123,5 @@ def test_missing_file_exits_two(
 def test_unknown_hash_model_is_a_usage_error(files: tuple[Path, Path]) -> None:
     topology, flows = files
     with pytest.raises(SystemExit) as caught:
-        run_command(
-            plan_cmd, ["plan", "--topology", str(topology), "--flows", str(flows), "--hash", "md5"]
-        )
+        run_command(["plan", "--topology", str(topology), "--flows", str(flows), "--hash", "md5"])
     assert caught.value.code == 2

@@ -1,30 +1,23 @@
 from __future__ import annotations
 
-import argparse
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from c4 import topology_cmd
-from c4.settings import Settings
+from c4.cli import main
 from schemas.codec import decode, encode
 from schemas.files import Topology
 from topology.generate import Shape, ShapeError, generate, layout
 from topology.model import Fabric
 
 
-def run_command(module: ModuleType, argv: list[str]) -> int:
-    """Parse argv with only this module's subcommand registered, and run its handler."""
-    parser = argparse.ArgumentParser(prog="c4")
-    module.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    code: int = args.handler(args, Settings())
-    return code
+def run_command(argv: list[str]) -> int:
+    """Run the real ``c4`` entry point in this process (its errors printed as users see them)."""
+    return main(argv)
 
 
 @settings(max_examples=60, deadline=None)
@@ -94,11 +87,11 @@ def test_bad_shapes(shape: Shape, message: str) -> None:
 def test_cli_writes_a_valid_topology(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "t.json"
     argv = ["topology", "gen", "--nodes", "16", "--spines", "4", "--nics", "2"]
-    assert run_command(topology_cmd, [*argv, "--out", str(out)]) == 0
+    assert run_command([*argv, "--out", str(out)]) == 0
     topo = decode(out.read_bytes(), "topology")
     assert isinstance(topo, Topology)
     assert len(topo.nodes) == 16
-    assert run_command(topology_cmd, argv) == 0
+    assert run_command(argv) == 0
     assert orjson.loads(capsys.readouterr().out) == orjson.loads(out.read_bytes())
 
 
@@ -109,7 +102,7 @@ def test_cli_writes_a_valid_topology(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_cli_bad_arguments_one_line_exit_two(
     extra: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run_command(topology_cmd, ["topology", "gen", *extra]) == 2
+    assert run_command(["topology", "gen", *extra]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith("c4: error: --")
@@ -118,9 +111,7 @@ def test_cli_bad_arguments_one_line_exit_two(
 
 def test_cli_unwritable_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "missing" / "t.json"
-    code = run_command(
-        topology_cmd, ["topology", "gen", "--nodes", "2", "--spines", "1", "--out", str(target)]
-    )
+    code = run_command(["topology", "gen", "--nodes", "2", "--spines", "1", "--out", str(target)])
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "No such file" in err
