@@ -21,9 +21,14 @@ from producers.simulator import generate_suite, ground_truth  # noqa: E402
 from producers.simulator.cluster import build_cluster  # noqa: E402
 from producers.simulator.run import simulate_cluster  # noqa: E402
 from producers.simulator.scenario import Scenario  # noqa: E402
+from producers.simulator.scoring import (  # noqa: E402
+    SuiteSummary,
+    format_table,
+    score_case,
+)
+from producers.simulator.truth import Truth  # noqa: E402
 from schemas.messages import Diagnosis  # noqa: E402
 from streams.core.engine import Engine  # noqa: E402
-from streams.scoring import SuiteSummary, Truth, format_table, score_case  # noqa: E402
 
 MIN_PRECISION = 0.99
 MIN_RECALL = 0.95
@@ -42,7 +47,7 @@ def iteration_ns(engine: Engine, job: str) -> float | None:
 def run_case(scenario: Scenario) -> tuple[list[Truth], list[Diagnosis], Engine]:
     """Simulate one scenario, replay it through a fresh engine; (truths, findings, engine)."""
     cluster = build_cluster(None, scenario)
-    truths = [Truth.from_json(t.as_dict()) for t in ground_truth(None, scenario, cluster)]
+    truths = ground_truth(None, scenario, cluster)
     engine = Engine(topology=cluster.topology)
     findings: list[Diagnosis] = []
     for message in simulate_cluster(cluster, scenario):

@@ -9,9 +9,10 @@ import orjson
 
 from c4 import C4Error
 from c4.inputs import read_input
+from producers.simulator.scoring import score_case
+from producers.simulator.truth import Truth
 from schemas.codec import Rejection, decode
 from schemas.messages import Diagnosis
-from streams.scoring import Truth, score_case
 
 if TYPE_CHECKING:
     from c4.settings import Settings
@@ -30,7 +31,7 @@ def load_truths(path: str) -> list[Truth]:
     truths = []
     for number, line in enumerate(_lines(path), start=1):
         try:
-            truths.append(Truth.from_json(orjson.loads(line)))
+            truths.append(Truth.from_dict(orjson.loads(line)))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
             message = f"{path} line {number}: not a ground-truth line ({error})"
             raise ScoreError(message) from error

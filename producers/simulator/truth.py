@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from producers.simulator.cluster import Cluster, build_cluster
 from producers.simulator.effects import at_ns
@@ -41,6 +43,19 @@ class Truth:
     classes: tuple[str, ...]
     suspect_type: str
     suspect_id: str
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> Truth:
+        """Read one line of a truth file (the inverse of `as_dict`)."""
+        return cls(
+            fault=str(obj["fault"]),
+            type=str(obj["type"]),
+            job=obj.get("job"),
+            onset_ns=int(obj["onset_ns"]),
+            classes=tuple(obj["classes"]),
+            suspect_type=str(obj["suspect"]["type"]),
+            suspect_id=str(obj["suspect"]["id"]),
+        )
 
     def as_dict(self) -> dict[str, object]:
         """The JSON line of the truth file."""

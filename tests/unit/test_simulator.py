@@ -16,7 +16,7 @@ import pytest
 from c4 import C4Error
 from c4.settings import Settings
 from c4.simulate_cmd import register
-from producers.simulator import Scenario, ground_truth, scenario_from, simulate
+from producers.simulator import Scenario, Truth, ground_truth, scenario_from, simulate
 from producers.simulator.cluster import default_topology
 from schemas.base import C4Model
 from schemas.codec import Rejection, decode, encode
@@ -320,3 +320,8 @@ def test_other_reporting_intervals_stay_sorted_and_valid(interval_s: float) -> N
     assert all(not isinstance(decode(encode(m)), Rejection) for m in messages)
     beats = [m for m in collectives(messages) if m.global_rank == 0]
     assert len(beats) in (int(12 / interval_s), int(12 / interval_s) + 1)
+
+
+def test_truth_lines_read_back_as_written() -> None:
+    truths = ground_truth(None, scenario_from(EVERY_FAULT))
+    assert [Truth.from_dict(orjson.loads(orjson.dumps(t.as_dict()))) for t in truths] == truths

@@ -8,38 +8,14 @@ it fired after the onset. Every firing finding that matches no fault is a false 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
+from producers.simulator.truth import Truth
 from schemas.messages import Diagnosis
 
 # Findings may conclude from evidence gathered up to one reporting interval before onset.
 ONSET_SLACK_NS = 1_000_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class Truth:
-    """One injected fault, as the simulator's ground truth line states it."""
-
-    fault: str
-    type: str
-    job: str | None
-    onset_ns: int
-    classes: tuple[str, ...]
-    suspect_id: str
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> Truth:
-        """Read one ground-truth line."""
-        return cls(
-            fault=str(obj["fault"]),
-            type=str(obj["type"]),
-            job=obj.get("job"),
-            onset_ns=int(obj["onset_ns"]),
-            classes=tuple(obj["classes"]),
-            suspect_id=str(obj["suspect"]["id"]),
-        )
 
 
 @dataclass(slots=True)
