@@ -11,6 +11,8 @@ import redis
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from tests.integration.private_stack import PrivateStack
+
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
@@ -41,3 +43,10 @@ def redis_url() -> Iterator[str]:
 def unique() -> str:
     """A fresh suffix for topic and group names, so tests never share state."""
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def private_stack() -> Iterator[PrivateStack]:
+    """A Kafka and a Redis of this test's own, for tests that stop, kill or restart them."""
+    with PrivateStack() as stack:
+        yield stack
