@@ -1,10 +1,12 @@
 """C4P, the traffic planner (pure: no Kafka, Faust or Redis): a path per flow that beats ECMP.
 
 `plan` and `replan` take a `topology.model.Fabric` and v1 flows and return the v1 plan;
-`lower_bound` says how good any plan can be; `evaluation` compares plans with ECMP under a
-max-min fair bandwidth model.
+`lower_bound` says how good any plan can be; `replan_choice` trades extra moves for a lower
+``max_util`` after a failure when asked to; `evaluation` compares plans with ECMP under a
+max-min fair bandwidth model; `reroute` turns jobs and a diagnosis into v1 route messages.
 """
 
+from actions.planner.choice import REPLAN_MODES, ReplanMode, Replanned, replan_choice
 from actions.planner.core import (
     RoutedPath,
     lower_bound,
@@ -14,4 +16,15 @@ from actions.planner.core import (
     replan,
 )
 
-__all__ = ["RoutedPath", "lower_bound", "moved_flows", "plan", "plan_json", "replan"]
+__all__ = [
+    "REPLAN_MODES",
+    "ReplanMode",
+    "Replanned",
+    "RoutedPath",
+    "lower_bound",
+    "moved_flows",
+    "plan",
+    "plan_json",
+    "replan",
+    "replan_choice",
+]

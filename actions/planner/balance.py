@@ -96,18 +96,22 @@ def repair(
     target: float,
     movable: Iterable[int] | None = None,
     max_moves: int | None = None,
+    chain: int = 2,
 ) -> int:
     """Lower the most utilised fabric link by moving flows off it; returns the moves made.
 
     Looks at the fabric links of ``flows``; moves only flows in ``movable`` (default: all of
     ``flows``). A move is a single flow to another spine, or a chain of two: a flow to a
     spine where one of its links is full, and a flow on that link to another spine (with
-    two spines exchanged, a Kempe chain of length two). Each accepted move leaves every
-    link it loads below the current maximum, so the maximum never rises and the search
-    ends. Stops at ``target`` (nothing can go below it: the lower bound, or in a replan the
-    maximum of the flows that stay) or when the worst link cannot be relieved.
+    two spines exchanged, a Kempe chain of length two). With ``chain`` above 2, longer
+    chains are searched breadth-first too (an ejection chain: each flow pushes one flow off
+    the link it fills, up to ``chain`` flows; for equal demands an augmenting path). Each
+    accepted move leaves every link it loads below the current maximum, so the maximum
+    never rises and the search ends. Stops at ``target`` (nothing can go below it: the lower
+    bound, or in a replan the maximum of the flows that stay) or when the worst link cannot
+    be relieved.
     """
-    repairer = _Repair(state, flows, movable)
+    repairer = _Repair(state, flows, movable, chain)
     return repairer.run(target, max_moves if max_moves is not None else 20 * len(flows) + 100)
 
 
@@ -115,9 +119,14 @@ class _Repair:
     """The working set of one repair: which flows cross which link, and a max-heap of links."""
 
     def __init__(
-        self, state: Assignment, flows: Sequence[int], movable: Iterable[int] | None
+        self,
+        state: Assignment,
+        flows: Sequence[int],
+        movable: Iterable[int] | None,
+        chain: int = 2,
     ) -> None:
         self.state = state
+        self.chain = chain
         self.movable = set(flows if movable is None else movable)
         self.on: dict[int, set[int]] = {}
         p, spine = state.problem, state.spine
@@ -166,7 +175,7 @@ class _Repair:
         for f in crossing:
             if self._swap(f, link, limit):
                 return True
-        return False
+        return self.chain > 2 and self._eject(crossing, link, limit)
 
     def _swap(self, f: int, link: int, limit: float) -> bool:
         """Move f to another spine s2, and a flow h that blocks it there to any spine s3."""
@@ -191,6 +200,67 @@ class _Repair:
                         self._apply(changes)
                         return True
         return False
+
+    def _eject(self, crossing: list[int], link: int, limit: float) -> bool:
+        """A chain of up to ``self.chain`` moves, found breadth-first over the links it fills.
+
+        Each step moves a flow to a spine where exactly one of its links would reach the
+        limit, counting what the chain's earlier moves freed or added there, then a flow on
+        that link onward; the chain ends with a move that fills nothing (in an edge colouring,
+        a Kempe chain of two spines). Every link is expanded once per search: bounded.
+        """
+        Step = tuple[int, tuple[tuple[int, int], ...], dict[int, float]]
+        frontier: list[Step] = []
+        for f in crossing:
+            for s, x, delta in self._onward(f, limit, {}):
+                if x >= 0:
+                    frontier.append((x, ((f, s),), delta))
+        seen = {link}
+        for _ in range(self.chain - 1):
+            following: list[Step] = []
+            for x, changes, delta in frontier:
+                if x in seen:
+                    continue
+                seen.add(x)
+                chained = {f for f, _ in changes}
+                for h in sorted(self.on.get(x, ())):
+                    if h in chained or h not in self.movable:
+                        continue
+                    for s, y, after in self._onward(h, limit, delta):
+                        longer = (*changes, (h, s))
+                        if y < 0:
+                            if self._improves(longer, link, limit):
+                                self._apply(longer)
+                                return True
+                        elif y not in seen:
+                            following.append((y, longer, after))
+            frontier = following
+            if not frontier:
+                break
+        return False
+
+    def _onward(
+        self, f: int, limit: float, delta: dict[int, float]
+    ) -> list[tuple[int, int, dict[int, float]]]:
+        """The other spines of ``f``, the one link each would fill (-1: none), and the load
+        changes of the chain with that move added."""
+        state, p = self.state, self.state.problem
+        load, cap, current, g = state.load, state.cap, state.spine[f], p.gbps[f]
+        old = (p.up(f, current), p.dn(f, current))
+        out: list[tuple[int, int, dict[int, float]]] = []
+        for s in p.cands[f]:
+            if s == current:
+                continue
+            new = (p.up(f, s), p.dn(f, s))
+            full = [x for x in new if (load[x] + delta.get(x, 0.0) + g) / cap[x] >= limit]
+            if len(full) < 2:
+                after = dict(delta)
+                for x in old:
+                    after[x] = after.get(x, 0.0) - g
+                for x in new:
+                    after[x] = after.get(x, 0.0) + g
+                out.append((s, full[0] if full else -1, after))
+        return out
 
     def _improves(self, changes: tuple[tuple[int, int], ...], link: int, limit: float) -> bool:
         state, p = self.state, self.state.problem

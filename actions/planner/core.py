@@ -46,7 +46,7 @@ def plan(
     """
     problem = build_problem(fabric, flows, down)
     state = solve(problem)
-    return _build_plan(problem, state, hash_model, {})
+    return build_plan(problem, state, hash_model, {})
 
 
 def lower_bound(fabric: Fabric, flows: Flows, down: Iterable[str] = ()) -> float:
@@ -69,6 +69,12 @@ def replan(
     The previous path objects are reused, so a small change is cheap on a large plan.
     """
     problem = build_problem(fabric, flows, down)
+    state, kept = incremental(problem, previous)
+    return build_plan(problem, state, hash_model, kept)
+
+
+def incremental(problem: Problem, previous: Plan) -> tuple[Assignment, dict[str, PlanPath]]:
+    """The assignment of `replan`, and the previous paths of the flows that stay."""
     state = Assignment(problem)
     kept, movable = _keep(problem, state, previous)
     # Kept flows stay put, so nothing goes below their maximum; and only links the moved
@@ -76,7 +82,7 @@ def replan(
     target = state.max_util()
     least_loaded(state, movable)
     repair(state, movable, target)
-    return _build_plan(problem, state, hash_model, kept)
+    return state, kept
 
 
 def _keep(
@@ -202,12 +208,13 @@ def _colour(state: Assignment, flows: list[int], spines: Sequence[int]) -> None:
     least_loaded(state, misfits)
 
 
-def _build_plan(
+def build_plan(
     problem: Problem,
     state: Assignment,
     hash_model: SwitchHash | None,
     kept: dict[str, PlanPath],
 ) -> Plan:
+    """The v1 plan of an assignment; ``kept`` paths are reused as they are (same spine)."""
     fabric = problem.fabric
     names, spine_ids, port_ids, uplinks = (
         fabric.link_ids,

@@ -1,0 +1,112 @@
+"""Replanning after a failure: the incremental plan by default, a better one when allowed.
+
+The trade-off. Every flow that moves is a path change on a running job: its queue pair is
+re-steered (a new UDP source port) and its packets may arrive out of order for a moment.
+The incremental replan (`core.replan`) moves only the flows that crossed a down link (and
+places new flows); that is the default and the guarantee. Its price: the flows that stay pin
+the spines around the failure, so the moved flows can end up sharing a link where a fresh
+plan would not (a fabric with every uplink at 1.0 loses a link and the incremental plan
+reaches 1.5 while the lower bound is 1.0).
+
+``mode="best"`` trades a few more moves for a lower ``max_util``, in this order, stopping at
+the lower bound:
+1. the incremental plan;
+2. widened: from there, a repair that may move any flow, one flow or one short ejection chain
+   at a time (a Kempe chain for equal flows): typically a handful more moves;
+3. a full replan: taken only when strictly better than the best so far, it may move a large
+   share of all flows.
+The result says which was taken and which flows moved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from actions.planner.balance import TOLERANCE, repair
+from actions.planner.bound import problem_bound
+from actions.planner.core import build_plan, incremental, moved_flows, solve
+from actions.planner.problem import build_problem
+from schemas.files import Flows, Plan, PlanPath
+from topology.ecmp import SwitchHash
+from topology.model import Fabric
+
+ReplanMode = Literal["incremental", "best"]
+REPLAN_MODES: tuple[ReplanMode, ...] = ("incremental", "best")
+Strategy = Literal["incremental", "widened", "full"]
+# An ejection chain of up to this many flows per repair step: long enough to cross a large
+# tight fabric (every link at the bound), short enough to stay a local change.
+WIDE_CHAIN = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Replanned:
+    """A replan, how it was reached, and what it cost in moved flows."""
+
+    plan: Plan
+    strategy: Strategy
+    moved: tuple[str, ...]  # flows whose path changed (new flows included), in plan order
+    forced: tuple[str, ...]  # the flows the incremental replan moved: they had to
+    incremental_max_util: float
+    bound: float
+
+    @property
+    def extra_moves(self) -> int:
+        """Flows moved beyond those that had to."""
+        return len(self.moved) - len(self.forced)
+
+
+def replan_choice(
+    fabric: Fabric,
+    previous: Plan,
+    flows: Flows,
+    down: Iterable[str] = (),
+    hash_model: SwitchHash | None = None,
+    mode: ReplanMode = "incremental",
+) -> Replanned:
+    """The replan of ``mode`` (see the module doc); raises what `core.replan` raises."""
+    problem = build_problem(fabric, flows, down)
+    state, kept = incremental(problem, previous)
+    first = build_plan(problem, state, hash_model, kept)
+    forced = tuple(moved_flows(previous, first))
+    bound = problem_bound(problem)
+    best = Replanned(first, "incremental", forced, forced, first.max_util, bound)
+    if mode == "incremental" or first.max_util <= bound + TOLERANCE:
+        return best
+    before = list(state.spine)
+    repair(state, problem.inter_leaf(), bound, chain=WIDE_CHAIN)
+    if state.max_util() < first.max_util - TOLERANCE:
+        still = _same_spine(problem.ids, before, state.spine, kept)
+        widened = build_plan(problem, state, hash_model, still)
+        moved = tuple(moved_flows(previous, widened))
+        best = Replanned(widened, "widened", moved, forced, first.max_util, bound)
+        if widened.max_util <= bound + TOLERANCE:
+            return best
+    fresh = solve(problem)
+    if fresh.max_util() < best.plan.max_util - TOLERANCE:
+        # Flows the fresh plan happens to leave on their old spine keep their path object.
+        old = {path.flow: path for path in previous.paths}
+        index = fabric.spine_index
+        same = {
+            flow: path
+            for flow, s in zip(problem.ids, fresh.spine, strict=True)
+            if (path := old.get(flow)) is not None
+            and (-1 if path.via is None else index.get(path.via, -2)) == s
+            and flow in kept
+        }
+        full = build_plan(problem, fresh, hash_model, same)
+        moved = tuple(moved_flows(previous, full))
+        best = Replanned(full, "full", moved, forced, first.max_util, bound)
+    return best
+
+
+def _same_spine(
+    ids: tuple[str, ...], before: list[int], after: list[int], kept: dict[str, PlanPath]
+) -> dict[str, PlanPath]:
+    """The kept paths of the flows still on the spine they had."""
+    return {
+        flow: path
+        for flow, a, b in zip(ids, before, after, strict=True)
+        if a == b and (path := kept.get(flow)) is not None
+    }
