@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from statistics import median
+from typing import Any
 
 from schemas.messages import Collective
 from streams.core.params import DetectorParams
@@ -17,6 +18,8 @@ from streams.core.stats import Baseline, Window
 
 MAX_PENDING = 4096
 MAX_COMPLETED = 8192
+# Connection samples a snapshot keeps per rank: all that ``recent_conns`` reads at most.
+CONN_KEEP = 3 * 4
 NOT_YET = -1
 
 
@@ -269,6 +272,72 @@ class CommTracker:
                 baseline.thaw()
                 del self.slow_since[key]
         return found
+
+    # --- snapshot ----------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Everything the detectors need to go on after a restart, as plain data.
+
+        Completed seqs are kept as a floor (operations of a communicator complete in
+        order); connection samples only as many as ``recent_conns`` ever reads.
+        """
+        done = max(self.completed, default=self.floor - 1)
+        return {
+            "size": self.size,
+            "members": [
+                [m.global_rank, m.node, m.gpu, m.port, m.last_seen_ns] for m in self.members
+            ],
+            "pending": [
+                [seq, st.op, st.nbytes, st.enter, st.end, st.first_seen_ns, st.all_entered_ns]
+                for seq, st in self.pending.items()
+            ],
+            "floor": max(self.floor, done + 1),
+            "spans": self.spans.state(),
+            "periods": self.periods.state(),
+            "last_entrants": [list(entry) for entry in self.last_entrants],
+            "baselines": [[op, bucket, b.state()] for (op, bucket), b in self.baselines.items()],
+            "slow_since": [[op, bucket, ns] for (op, bucket), ns in self.slow_since.items()],
+            "conns": [
+                [[s.rank, s.peer, s.port, s.nbytes, s.busy_ns] for s in list(samples)[-CONN_KEEP:]]
+                for samples in self.conns.values()
+            ],
+            "ops_seen": self.ops_seen,
+            "last_end_ns": self.last_end_ns,
+        }
+
+    @classmethod
+    def restored(
+        cls, job: str, comm: str, params: DetectorParams, state: dict[str, Any]
+    ) -> CommTracker:
+        """A tracker in the state a snapshot describes."""
+        tracker = cls(job, comm, state["size"], params)
+        for member, (global_rank, node, gpu, port, seen) in zip(
+            tracker.members, state["members"], strict=True
+        ):
+            member.global_rank, member.node, member.gpu = global_rank, node, gpu
+            member.port, member.last_seen_ns = port, seen
+        for seq, op, nbytes, enter, end, first_seen, all_entered in state["pending"]:
+            entered = sum(1 for t in enter if t != NOT_YET)
+            ended = sum(1 for t in end if t != NOT_YET)
+            tracker.pending[seq] = SeqState(
+                op, nbytes, enter, end, entered, ended, first_seen, all_entered
+            )
+        tracker.floor = state["floor"]
+        tracker.spans.restore(state["spans"])
+        tracker.periods.restore(state["periods"])
+        tracker.last_entrants.extend(tuple(entry) for entry in state["last_entrants"])
+        for op, bucket, baseline_state in state["baselines"]:
+            baseline = Baseline(params.slow_baseline_ops, params.slow_recent_ops)
+            baseline.restore(baseline_state)
+            tracker.baselines[(op, bucket)] = baseline
+        tracker.slow_since = {(op, bucket): ns for op, bucket, ns in state["slow_since"]}
+        for samples in state["conns"]:
+            if samples:
+                tracker.conns[samples[0][0]] = deque(
+                    (ConnSample(*sample) for sample in samples), maxlen=64
+                )
+        tracker.ops_seen = state["ops_seen"]
+        tracker.last_end_ns = state["last_end_ns"]
+        return tracker
 
     def recent_conns(self, intervals: int = 3) -> list[ConnSample]:
         """Each rank's connection samples of its last few reports."""

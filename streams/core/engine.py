@@ -7,16 +7,16 @@ app: neither path has logic of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from schemas.base import C4Model
 from schemas.files import Topology
 from schemas.messages import Collective, Diagnosis, Gpu, Job, Link, Route
 from streams.core.fabric import FabricCorrelator
 from streams.core.hardware import HardwareMonitor
-from streams.core.job import JobDetector
+from streams.core.job import JobDetector, SlowPath
 from streams.core.params import DetectorParams
-from streams.core.places import PlacementIndex
+from streams.core.places import PlacementIndex, PortHealth, Routes
 
 
 class RouteBook:
@@ -35,14 +35,68 @@ class RouteBook:
         return self._via.get(flow)
 
 
+class SharedFacts(Protocol):
+    """Facts that other partitions learn (scaled out: other workers), read where needed.
+
+    One engine sees every message of a replay; a live worker sees only its partitions, so
+    placements (keyed by job), port health (keyed by node) and planned routes reach it
+    through this interface as well as from its own messages.
+    """
+
+    def job_of_port(self, port: str) -> str | None:
+        """The job using a NIC port (global id)."""
+        ...
+
+    def job_of_gpu(self, gpu: str) -> str | None:
+        """The job running on a GPU (``node/gpuN``)."""
+        ...
+
+    def port_health(self, port: str) -> tuple[bool, bool]:
+        """(down, degraded) of a NIC port, as its node's monitor last said."""
+        ...
+
+    def via(self, flow: str) -> str | None:
+        """The planned spine of a flow."""
+        ...
+
+
+class _SharedPortHealth:
+    """Port health from this engine's own monitor, else from the shared facts."""
+
+    def __init__(self, local: HardwareMonitor, shared: SharedFacts) -> None:
+        self._local, self._shared = local, shared
+
+    def is_down(self, port: str) -> bool:
+        return self._local.is_down(port) or self._shared.port_health(port)[0]
+
+    def errors_rising(self, port: str) -> bool:
+        return self._local.errors_rising(port) or self._shared.port_health(port)[1]
+
+
+class _SharedRoutes:
+    def __init__(self, local: RouteBook, shared: SharedFacts) -> None:
+        self._local, self._shared = local, shared
+
+    def via(self, flow: str) -> str | None:
+        return self._local.via(flow) or self._shared.via(flow)
+
+
 class Engine:
-    """Every detector of a cluster, fed in event time."""
+    """Every detector of a cluster, fed in event time.
+
+    ``shared`` supplies what other partitions learnt (live, scaled out). With
+    ``local_fabric`` False the fabric correlator runs elsewhere: the engine only collects
+    each job's slow paths when they change (``drain_slow_paths``).
+    """
 
     def __init__(
         self,
         params: DetectorParams | None = None,
         job_params: Mapping[str, Mapping[str, Any]] | None = None,
         topology: Topology | None = None,
+        *,
+        shared: SharedFacts | None = None,
+        local_fabric: bool = True,
     ) -> None:
         self.params = params or DetectorParams()
         self._job_params = {
@@ -50,21 +104,36 @@ class Engine:
         }
         self.placements = PlacementIndex()
         self.routes = RouteBook()
-        self.hardware = HardwareMonitor(
-            self.params, self.placements.job_of_port, self.placements.job_of_gpu
+        job_of_port, job_of_gpu = self.placements.job_of_port, self.placements.job_of_gpu
+        if shared is not None:
+            facts = shared
+
+            def job_of_port(port: str) -> str | None:
+                return self.placements.job_of_port(port) or facts.job_of_port(port)
+
+            def job_of_gpu(gpu: str) -> str | None:
+                return self.placements.job_of_gpu(gpu) or facts.job_of_gpu(gpu)
+
+        self.hardware = HardwareMonitor(self.params, job_of_port, job_of_gpu)
+        self._port_health: PortHealth = (
+            self.hardware if shared is None else _SharedPortHealth(self.hardware, shared)
         )
+        self._routes: Routes = self.routes if shared is None else _SharedRoutes(self.routes, shared)
         self.fabric = FabricCorrelator(topology)
+        self.local_fabric = local_fabric
         self.jobs: dict[str, JobDetector] = {}
         self.now_ns = 0
         self._next_tick_ns = 0
         self.counts: dict[str, int] = {}
+        self._reported_paths: dict[str, list[SlowPath]] = {}
+        self._changed_paths: dict[str, list[SlowPath]] = {}
 
     def _job(self, job: str) -> JobDetector:
         detector = self.jobs.get(job)
         if detector is None:
             params = self._job_params.get(job, self.params)
             detector = JobDetector(
-                job, params, self.hardware, self.routes, fabric_known=self.fabric.knows_paths
+                job, params, self._port_health, self._routes, fabric_known=self.fabric.knows_paths
             )
             self.jobs[job] = detector
         return detector
@@ -108,9 +177,53 @@ class Engine:
         """Evaluate every detector at ``now_ns``."""
         out: list[Diagnosis] = []
         slow_paths = []
-        for detector in self.jobs.values():
+        for job, detector in self.jobs.items():
             out.extend(detector.check(now_ns))
             slow_paths.extend(detector.slow_paths)
+            if not self.local_fabric and detector.slow_paths != self._reported_paths.get(job, []):
+                self._reported_paths[job] = list(detector.slow_paths)
+                self._changed_paths[job] = list(detector.slow_paths)
         out.extend(self.hardware.check(now_ns))
-        out.extend(self.fabric.check(now_ns, slow_paths))
+        if self.local_fabric:
+            out.extend(self.fabric.check(now_ns, slow_paths))
         return out
+
+    def drain_slow_paths(self) -> dict[str, list[SlowPath]]:
+        """Each job's slow paths that changed since the last call (for a remote correlator)."""
+        changed, self._changed_paths = self._changed_paths, {}
+        return changed
+
+    # --- snapshots (a restarted or rebalanced worker goes on from them) ------------------
+    def job_state(self, job: str) -> dict[str, Any] | None:
+        """One job's detector state as plain data; None for a job not tracked here."""
+        detector = self.jobs.get(job)
+        return None if detector is None else detector.state()
+
+    def restore_job(self, job: str, state: dict[str, Any]) -> None:
+        """Take over a job from a snapshot (its findings were published before it was taken)."""
+        detector = self._job(job)
+        detector.restore(state)
+        if detector.placement:
+            ranks = tuple(detector.placement.values())
+            self.placements.update(
+                Job(v=1, kind="job", job=job, ts_ns=0, state="running", ranks=ranks, comms={})
+            )
+
+    def drop_job(self, job: str) -> None:
+        """Forget a job whose partition moved to another worker."""
+        self.jobs.pop(job, None)
+        self.placements.forget(job)
+        self._reported_paths.pop(job, None)
+        self._changed_paths.pop(job, None)
+
+    def node_state(self, node: str) -> dict[str, Any]:
+        """One node's hardware state as plain data."""
+        return self.hardware.node_state(node)
+
+    def restore_node(self, state: dict[str, Any]) -> None:
+        """Take over a node's hardware state from a snapshot."""
+        self.hardware.restore_node(state)
+
+    def drop_node(self, node: str) -> None:
+        """Forget a node whose partition moved to another worker."""
+        self.hardware.drop_node(node)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from schemas.files import Topology
 from schemas.messages import Diagnosis
@@ -38,8 +39,8 @@ class FabricCorrelator:
                 self._link_of[frozenset((link.a, link.b))] = link.id
                 leaf, spine = (link.a, link.b) if tiers.get(link.a) == 1 else (link.b, link.a)
                 self._spines_of[leaf].append(spine)
-        self._quiet: dict[str, int] = {}
-        self._tie_checks = 0
+        self.quiet: dict[str, int] = {}
+        self.tie_checks = 0
 
     @property
     def knows_paths(self) -> bool:
@@ -81,13 +82,13 @@ class FabricCorrelator:
                 suspect: SuspectScore | None
                 if len(tied) == 1:
                     suspect = SuspectScore("link", best, 0.92 if exact else 0.7)
-                    self._tie_checks = 0
+                    self.tie_checks = 0
                 else:
                     # More paths usually break a tie soon: name the shared switch only when
                     # the tie lasts.
-                    self._tie_checks += 1
+                    self.tie_checks += 1
                     suspect = (
-                        self._shared_switch(tied) if self._tie_checks >= TIE_PATIENCE else None
+                        self._shared_switch(tied) if self.tie_checks >= TIE_PATIENCE else None
                     )
                 if suspect is not None:
                     named.add(suspect.id)
@@ -99,11 +100,11 @@ class FabricCorrelator:
                         out.append(fired)
         for key in self.book.open_keys(None, "link_degraded"):
             if key in named:
-                self._quiet[key] = 0
+                self.quiet[key] = 0
                 continue
-            self._quiet[key] = self._quiet.get(key, 0) + 1
-            if self._quiet[key] >= RESOLVE_AFTER_CHECKS:
-                del self._quiet[key]
+            self.quiet[key] = self.quiet.get(key, 0) + 1
+            if self.quiet[key] >= RESOLVE_AFTER_CHECKS:
+                del self.quiet[key]
                 if resolved := self.book.resolve(None, "link_degraded", key, now_ns):
                     out.append(resolved)
         return out
@@ -118,3 +119,56 @@ class FabricCorrelator:
             return None
         switch, count = ends.most_common(1)[0]
         return SuspectScore("switch", switch, 0.6) if count == len(links) else None
+
+
+class FabricHub:
+    """The correlator where the jobs live on several workers: each job's latest slow paths.
+
+    Workers send a job's slow paths when they change; the hub correlates the union on its
+    own clock, as the single-process engine does with its jobs' current paths.
+    """
+
+    def __init__(self, topology: Topology | None, tick_ns: int) -> None:
+        self.correlator = FabricCorrelator(topology)
+        self.paths: dict[str, list[SlowPath]] = {}
+        self.tick_ns = tick_ns
+        self.now_ns = 0
+        self._next_tick_ns = 0
+
+    def update(self, job: str, paths: list[SlowPath]) -> None:
+        """A job's current slow paths (an empty list: none any more)."""
+        if paths:
+            self.paths[job] = paths
+        else:
+            self.paths.pop(job, None)
+
+    def advance(self, now_ns: int) -> list[Diagnosis]:
+        """Move the hub's clock forward; correlate once per tick, as the engine does."""
+        if now_ns <= self.now_ns:
+            return []
+        self.now_ns = now_ns
+        if now_ns < self._next_tick_ns:
+            return []
+        self._next_tick_ns = now_ns + self.tick_ns
+        return self.correlator.check(now_ns, [p for ps in self.paths.values() for p in ps])
+
+    def state(self) -> dict[str, Any]:
+        """The hub's paths and the correlator's open findings, as plain data."""
+        return {
+            "paths": {
+                job: [[p.flow, p.src_port, p.dst_port, p.via] for p in paths]
+                for job, paths in self.paths.items()
+            },
+            "findings": self.correlator.book.state(),
+            "quiet": self.correlator.quiet,
+            "tie_checks": self.correlator.tie_checks,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take the state of a snapshot."""
+        self.paths = {
+            job: [SlowPath(job, *path) for path in paths] for job, paths in state["paths"].items()
+        }
+        self.correlator.book.restore(state["findings"])
+        self.correlator.quiet = dict(state["quiet"])
+        self.correlator.tie_checks = int(state["tie_checks"])

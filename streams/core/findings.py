@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,34 @@ class FindingBook:
     def open_findings(self) -> list[OpenFinding]:
         """Every finding firing now."""
         return list(self._open.values())
+
+    def state(self, belongs: Callable[[str], bool] | None = None) -> list[list[Any]]:
+        """The open findings as plain data; ``belongs`` picks them by key."""
+        return [
+            [
+                job,
+                cls,
+                key,
+                f.id,
+                f.onset_ns,
+                [[s.type, s.id, s.score] for s in f.suspects],
+                f.evidence,
+            ]
+            for (job, cls, key), f in self._open.items()
+            if belongs is None or belongs(key)
+        ]
+
+    def restore(self, state: list[list[Any]]) -> None:
+        """Open again the findings of a snapshot (they were published before it was taken)."""
+        for job, cls, key, fid, onset_ns, suspects, evidence in state:
+            self._open[(job, cls, key)] = OpenFinding(
+                fid, job, cls, onset_ns, tuple(SuspectScore(*s) for s in suspects), evidence
+            )
+
+    def drop(self, belongs: Callable[[str], bool]) -> None:
+        """Forget (without resolving) the open findings whose key ``belongs``."""
+        for identity in [i for i in self._open if belongs(i[2])]:
+            del self._open[identity]
 
     def open_keys(self, job: str | None, cls: str) -> list[str]:
         """Keys of the open findings of one job and class."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any
 
 from schemas.messages import Diagnosis, DiagnosisClass, Gpu, Link
@@ -184,6 +184,44 @@ class HardwareMonitor:
             )
         return out
 
+    # --- snapshot ----------------------------------------------------------------------
+    def nodes(self) -> set[str]:
+        """The nodes this monitor holds state of."""
+        return {node_of(key) for key in (*self._ports, *self._gpu_faults, *self._ecc)}
+
+    def node_state(self, node: str) -> dict[str, Any]:
+        """One node's port and GPU state and open findings, as plain data."""
+
+        def mine(key: str) -> bool:
+            return node_of(key) == node
+
+        return {
+            "ports": [[pid, *astuple(st)] for pid, st in self._ports.items() if mine(pid)],
+            "gpu_faults": {gid: ts for gid, ts in self._gpu_faults.items() if mine(gid)},
+            "ecc": {gid: count for gid, count in self._ecc.items() if mine(gid)},
+            "findings": self.book.state(mine),
+            "owners": [[cls, key, job] for (cls, key), (job,) in self._owner.items() if mine(key)],
+        }
+
+    def restore_node(self, state: dict[str, Any]) -> None:
+        """Take one node's state from a snapshot."""
+        for pid, *fields in state["ports"]:
+            self._ports[pid] = PortState(*fields)
+        self._gpu_faults.update(state["gpu_faults"])
+        self._ecc.update(state["ecc"])
+        self.book.restore(state["findings"])
+        for cls, key, job in state["owners"]:
+            self._owner[(cls, key)] = (job,)
+
+    def drop_node(self, node: str) -> None:
+        """Forget one node's state (another worker holds it now)."""
+        for table in (self._ports, self._gpu_faults, self._ecc):
+            for key in [k for k in table if node_of(k) == node]:
+                del table[key]
+        for cls, key in [ck for ck in self._owner if node_of(ck[1]) == node]:
+            del self._owner[(cls, key)]
+        self.book.drop(lambda key: node_of(key) == node)
+
     def check(self, now_ns: int) -> list[Diagnosis]:
         """Resolve GPU faults after a long time without a new hardware error."""
         out: list[Diagnosis] = []
@@ -192,6 +230,11 @@ class HardwareMonitor:
                 del self._gpu_faults[gid]
                 self._resolve(out, "gpu_fault", gid, now_ns)
         return out
+
+
+def node_of(part: str) -> str:
+    """The node of a global port or GPU id (``node-003/mlx5_0:1``, ``node-003/gpu1``)."""
+    return part.split("/", 1)[0]
 
 
 def _rate(before: int | None, after: int | None, seconds: float) -> float:

@@ -343,6 +343,29 @@ class JobDetector:
                 )
         return [[r, p, round(median(v), 2)] for (r, p), v in sorted(rows.items())[:256]]
 
+    # --- snapshot ----------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """This job's detector state as plain data (placement, communicators, findings)."""
+        return {
+            "placement": [place.model_dump(mode="json") for place in self.placement.values()],
+            "comms": {comm: tracker.state() for comm, tracker in self.comms.items()},
+            "findings": self.book.state(),
+            "stragglers": self._stragglers,
+            "slow_keys": self._slow_keys,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take the state of a snapshot (this detector was just created for the job)."""
+        places = (RankPlace.model_validate(place) for place in state["placement"])
+        self.placement = {place.rank: place for place in places}
+        self.comms = {
+            comm: CommTracker.restored(self.job, comm, self.params, tracker)
+            for comm, tracker in state["comms"].items()
+        }
+        self.book.restore(state["findings"])
+        self._stragglers = state["stragglers"]
+        self._slow_keys = state["slow_keys"]
+
     def close(self, now_ns: int) -> list[Diagnosis]:
         """Resolve every open finding (the job stopped)."""
         return self.book.resolve_all(now_ns)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from statistics import median
+from typing import Any
 
 
 class Window:
@@ -24,6 +25,15 @@ class Window:
     def median(self) -> float | None:
         """The median of the window, None while empty."""
         return median(self._samples) if self._samples else None
+
+    def state(self) -> list[float]:
+        """The samples, oldest first (for a snapshot)."""
+        return list(self._samples)
+
+    def restore(self, samples: list[float]) -> None:
+        """Put back the samples of a snapshot."""
+        self._samples.clear()
+        self._samples.extend(samples)
 
 
 class Baseline:
@@ -67,3 +77,13 @@ class Baseline:
     def thaw(self) -> None:
         """Let the baseline follow the samples again."""
         self._frozen = None
+
+    def state(self) -> dict[str, Any]:
+        """The samples and the frozen reference (for a snapshot)."""
+        return {"history": list(self._history), "frozen": self._frozen}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Put back a snapshot's samples and frozen reference."""
+        self._history.clear()
+        self._history.extend(state["history"])
+        self._frozen = state["frozen"]
