@@ -146,6 +146,23 @@ def plan_json(result: Plan) -> bytes:
     return orjson.dumps(result.model_dump(serialize_as_any=True))
 
 
+def plan_from_json(data: bytes | str) -> Plan:
+    """A plan written by `plan_json`, each path with a ``sport`` read back as a `RoutedPath`.
+
+    Raises `pydantic.ValidationError` (a `ValueError`) when it is not a valid v1 plan.
+    """
+    raw = orjson.loads(data)
+    if not isinstance(raw, dict) or not isinstance(raw.get("paths"), list):
+        return Plan.model_validate(raw)  # let the model say what is wrong
+    paths = [
+        RoutedPath.model_validate(path)
+        if isinstance(path, dict) and "sport" in path
+        else PlanPath.model_validate(path)
+        for path in raw["paths"]
+    ]
+    return Plan.model_validate({**raw, "paths": paths})
+
+
 def solve(problem: Problem) -> Assignment:
     """The spine of every inter-leaf flow: colouring, least-loaded, repair; per plane."""
     state = Assignment(problem)

@@ -1,0 +1,311 @@
+"""Reroute (pure): jobs' placements and a link diagnosis in, v1 route messages per node out.
+
+Traffic model. A running job's traffic is its communicators' rings: for a communicator whose
+members are global ranks ``g0 .. g(n-1)`` in communicator-rank order, member ``i`` sends to
+member ``i+1`` (mod n) from its rank's NIC port to the next rank's port: flow
+``job/comm/i->i+1`` (communicator ranks, the ids the detectors and the simulator use). Each
+hop asks for the line rate of its slower port, as a ring allreduce's hops do, all at once:
+communicators of one job that share ports are counted as if they ran together (a
+conservative over-estimate of their load). Hops between two ranks of one node go over NVLink
+and are not network flows. Hops that cannot be placed (a rank without a port, a port the
+topology does not have, ports in different planes) are listed in ``skipped``, not planned.
+
+Failure model. A link_down or link_degraded diagnosis names its suspects: a fabric link
+(``leaf-0a~spine-3``), a port (``node-001/mlx5_3:1``: its cable), or a switch (every link of
+a spine; a leaf's uplinks and its ports' cables). A degraded link is avoided like a down one.
+A flow whose own cable is down has no path in its plane; it fails over to the sibling ports
+of its NIC (``mlx5_3:1`` -> ``mlx5_3:2``, on the other plane) at both ends when both exist
+and are up, else it is ``stranded``. A resolved diagnosis gives its links back.
+
+The plan in force is a `CurrentPlan`; the new one comes from `choice.replan_choice` (by
+default only the flows that crossed the failed links move). Every node with a changed path
+(or source port) gets a v1 route message holding all of its paths, so a node can apply the
+message as its whole plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from actions import ActionsError
+from actions.planner.choice import ReplanMode, Strategy, replan_choice
+from actions.planner.core import lower_bound, plan
+from schemas.files import Flow, Flows, Plan, PlanPath
+from schemas.messages import Diagnosis, Job, Route, RoutePath
+from topology import TopologyError
+from topology.ecmp import SwitchHash
+from topology.model import Fabric
+
+REROUTE_CLASSES = frozenset({"link_down", "link_degraded"})
+LINK_SUSPECTS = frozenset({"link", "port", "switch"})
+
+
+class RerouteError(ActionsError):
+    """A diagnosis that names no link to route around, or a reroute that cannot be planned."""
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentPlan:
+    """The plan in force: its id, its paths, the links it avoids, what made it."""
+
+    id: str
+    plan: Plan
+    down: tuple[str, ...]
+    ts_ns: int
+    diagnosis: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobFlows:
+    """The network flows of the running jobs, and the hops left out (one line each)."""
+
+    flows: tuple[Flow, ...]
+    skipped: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reroute:
+    """The outcome of one reroute: the new plan in force and the messages to publish."""
+
+    current: CurrentPlan
+    strategy: Strategy
+    moved: tuple[str, ...]  # flows whose path changed (new flows included)
+    changed: tuple[str, ...]  # flows whose path or source port changed: what nodes must apply
+    stranded: tuple[str, ...]  # one line per flow with no path left
+    skipped: tuple[str, ...]  # one line per hop that is not a network flow we can place
+    failed_over: tuple[str, ...]  # flows moved to their NICs' sibling ports
+    before_max_util: float | None  # the previous plan's max_util (None: no plan was in force)
+    after_max_util: float
+    bound: float
+    routes: tuple[Route, ...]
+
+
+def job_flows(fabric: Fabric, jobs: Iterable[Job]) -> JobFlows:
+    """The ring-hop flows of every running job (see the module doc), in job and comm order."""
+    latest: dict[str, Job] = {}
+    for job in jobs:
+        if job.job not in latest or job.ts_ns >= latest[job.job].ts_ns:
+            latest[job.job] = job
+    flows: list[Flow] = []
+    skipped: list[str] = []
+    for name in sorted(latest):
+        job = latest[name]
+        if job.state != "running":
+            continue
+        places = {place.rank: place for place in job.ranks}
+        for comm, members in sorted(job.comms.items()):
+            n = len(members)
+            for i in range(n if n > 1 else 0):
+                j = (i + 1) % n
+                flow = f"{name}/{comm}/{i}->{j}"
+                a, b = places.get(members[i]), places.get(members[j])
+                if a is None or b is None:
+                    missing = members[i] if a is None else members[j]
+                    skipped.append(f"{flow}: rank {missing} has no place")
+                    continue
+                if a.node == b.node:
+                    continue  # NVLink inside the node
+                if a.port is None or b.port is None:
+                    missing = members[i] if a.port is None else members[j]
+                    skipped.append(f"{flow}: rank {missing} has no port")
+                    continue
+                src, dst = f"{a.node}/{a.port}", f"{b.node}/{b.port}"
+                unknown = next((p for p in (src, dst) if p not in fabric.ports), None)
+                if unknown is not None:
+                    skipped.append(f"{flow}: unknown port {unknown}")
+                    continue
+                if fabric.plane_of(src) != fabric.plane_of(dst):
+                    skipped.append(f"{flow}: {src} and {dst} are in different planes")
+                    continue
+                gbps = min(fabric.ports[src].gbps, fabric.ports[dst].gbps)
+                flows.append(Flow(id=flow, src=src, dst=dst, gbps=gbps))
+    return JobFlows(tuple(flows), tuple(skipped))
+
+
+def failed_links(fabric: Fabric, diagnosis: Diagnosis, min_score: float = 0.0) -> tuple[str, ...]:
+    """The link ids a link diagnosis names (suspects of at least ``min_score``), in order.
+
+    Raises `RerouteError` for another class or when no suspect is a known link, port or switch.
+    """
+    if diagnosis.class_ not in REROUTE_CLASSES:
+        error = f"diagnosis {diagnosis.id} is {diagnosis.class_}, not a link finding"
+        raise RerouteError(error)
+    found: list[str] = []
+    for suspect in diagnosis.suspects:
+        if suspect.type not in LINK_SUSPECTS or suspect.score < min_score:
+            continue
+        for link in _links_of(fabric, suspect.type, suspect.id):
+            if link not in found:
+                found.append(link)
+    if not found:
+        named = ", ".join(f"{s.type} {s.id}" for s in diagnosis.suspects) or "no suspects"
+        error = f"diagnosis {diagnosis.id} names no link of the topology ({named})"
+        raise RerouteError(error)
+    return tuple(found)
+
+
+def _links_of(fabric: Fabric, kind: str, name: str) -> list[str]:
+    if kind in ("link", "port"):
+        return [name] if name in fabric.link_index else []
+    if name in fabric.spine_index:
+        spine = fabric.spine_index[name]
+        return [fabric.link_ids[x] for x, s in enumerate(fabric.link_spine) if s == spine]
+    if name in fabric.leaf_index:
+        leaf = fabric.leaf_index[name]
+        return [fabric.link_ids[x] for x, lf in enumerate(fabric.link_leaf) if lf == leaf]
+    return []
+
+
+def plan_id(previous: str | None, diagnosis: str, state: str, down: Iterable[str]) -> str:
+    """A deterministic plan id: the same reroute retried gets the same id."""
+    text = "|".join((previous or "-", diagnosis, state, *sorted(down)))
+    return "p-" + hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
+
+def reroute(
+    fabric: Fabric,
+    jobs: Iterable[Job],
+    current: CurrentPlan | None,
+    diagnosis: Diagnosis,
+    ts_ns: int,
+    hash_model: SwitchHash | None = None,
+    mode: ReplanMode = "incremental",
+    min_score: float = 0.0,
+) -> Reroute:
+    """Replan the running jobs' flows around (or back onto) the diagnosis's links.
+
+    Without a plan in force every flow is planned afresh (the fabric ran ECMP: no path is
+    known to keep). Raises `RerouteError` (see `failed_links`).
+    """
+    links = failed_links(fabric, diagnosis, min_score)
+    # Links of an older topology are forgotten: the fabric no longer has them.
+    before = {x for x in current.down if x in fabric.link_index} if current else set()
+    down = before - set(links) if diagnosis.state == "resolved" else before | set(links)
+    ordered = tuple(sorted(down))
+    traffic = job_flows(fabric, jobs)
+    routable, failed_over, stranded = _route_around_cables(fabric, traffic.flows, down)
+    flows = Flows(v=1, kind="flows", flows=tuple(routable), down=())
+    new_id = plan_id(current.id if current else None, diagnosis.id, diagnosis.state, ordered)
+    strategy: Strategy = "full"
+    try:
+        if current is None:
+            result = plan(fabric, flows, ordered, hash_model)
+            moved = tuple(path.flow for path in result.paths)
+            bound = lower_bound(fabric, flows, ordered)
+        else:
+            chosen = replan_choice(fabric, current.plan, flows, ordered, hash_model, mode)
+            result, strategy, moved = chosen.plan, chosen.strategy, chosen.moved
+            bound = chosen.bound
+    except TopologyError as error:
+        raise RerouteError(str(error)) from error
+    changed = _changed(current.plan if current else None, result)
+    routes = route_messages(result, {f.id: f for f in routable}, changed, new_id, ts_ns)
+    return Reroute(
+        current=CurrentPlan(new_id, result, ordered, ts_ns, diagnosis.id),
+        strategy=strategy,
+        moved=moved,
+        changed=changed,
+        stranded=tuple(stranded),
+        skipped=traffic.skipped,
+        failed_over=tuple(failed_over),
+        before_max_util=current.plan.max_util if current is not None else None,
+        after_max_util=result.max_util,
+        bound=bound,
+        routes=routes,
+    )
+
+
+def _route_around_cables(
+    fabric: Fabric, flows: tuple[Flow, ...], down: set[str]
+) -> tuple[list[Flow], list[str], list[str]]:
+    """Flows with a usable path; those failed over to sibling ports; those stranded."""
+    links_down = frozenset(fabric.link_indices(sorted(down)))
+    routable: list[Flow] = []
+    failed_over: list[str] = []
+    stranded: list[str] = []
+    for flow in flows:
+        src, dst = flow.src, flow.dst
+        if src in down or dst in down:
+            pair = _siblings(fabric, src, dst, down)
+            if pair is None:
+                cable = src if src in down else dst
+                stranded.append(f"{flow.id}: the cable of {cable} is down, no sibling port")
+                continue
+            src, dst = pair
+            failed_over.append(flow.id)
+        a, b = fabric.port_index[src], fabric.port_index[dst]
+        la, lb = fabric.port_leaf[a], fabric.port_leaf[b]
+        if la != lb and not fabric.usable_spines(la, lb, links_down):
+            stranded.append(f"{flow.id}: every path from {src} to {dst} crosses a down link")
+            continue
+        routable.append(
+            flow
+            if (src, dst) == (flow.src, flow.dst)
+            else Flow(id=flow.id, src=src, dst=dst, gbps=flow.gbps)
+        )
+    return routable, failed_over, stranded
+
+
+def _siblings(fabric: Fabric, src: str, dst: str, down: set[str]) -> tuple[str, str] | None:
+    """Sibling ports of both ends' NICs (same device, another port) in one common plane."""
+    for a in _same_nic(fabric, src, down):
+        plane = fabric.plane_of(a)
+        for b in _same_nic(fabric, dst, down):
+            if fabric.plane_of(b) == plane:
+                return a, b
+    return None
+
+
+def _same_nic(fabric: Fabric, port: str, down: set[str]) -> list[str]:
+    """The ports of this port's NIC whose cables are up, the port itself first."""
+    node, _, local = port.partition("/")
+    device = local.rpartition(":")[0]
+    others = [
+        other
+        for other, info in fabric.ports.items()
+        if device
+        and info.node == node
+        and other != port
+        and other.partition("/")[2].rpartition(":")[0] == device
+    ]
+    return [p for p in (port, *others) if p not in down]
+
+
+def _changed(previous: Plan | None, result: Plan) -> tuple[str, ...]:
+    """Flows whose links or source port differ from the previous plan's (new ones too)."""
+    before: Mapping[str, PlanPath] = {p.flow: p for p in previous.paths} if previous else {}
+    out = []
+    for path in result.paths:
+        old = before.get(path.flow)
+        if old is None or old.links != path.links or _sport(old) != _sport(path):
+            out.append(path.flow)
+    return tuple(out)
+
+
+def _sport(path: PlanPath) -> int | None:
+    sport = getattr(path, "sport", None)
+    return sport if isinstance(sport, int) else None
+
+
+def route_messages(
+    result: Plan,
+    flows: Mapping[str, Flow],
+    changed: Iterable[str],
+    plan: str,
+    ts_ns: int,
+) -> tuple[Route, ...]:
+    """A v1 route per node that sends a changed flow, holding all of that node's paths."""
+    nodes = {flows[flow].src.partition("/")[0] for flow in changed}
+    paths: dict[str, list[RoutePath]] = {}
+    for path in result.paths:
+        node, _, port = flows[path.flow].src.partition("/")
+        if node in nodes:
+            paths.setdefault(node, []).append(
+                RoutePath(flow=path.flow, port=port, via=path.via, sport=_sport(path))
+            )
+    return tuple(
+        Route(v=1, kind="route", node=node, ts_ns=ts_ns, plan=plan, paths=tuple(paths[node]))
+        for node in sorted(paths)
+    )
