@@ -19,26 +19,41 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here: Faust is heavy and only this subcommand needs it.
     import faust
 
+    from c4.diagnose_cmd import load_params
+    from c4.inputs import load_document
+    from schemas.files import Topology
     from schemas.topics import ALL_TOPICS
-    from streams.app import create_detection_app
-    from streams.core.engine import Engine
-    from streams.live import LiveDetection
+    from streams.core.params import DetectorParams
+    from streams.detection_app import DetectionConfig, create_detection_app
 
-    live = LiveDetection(Engine(), clock_rate=args.clock_rate)
-    if args.metrics_port:
-        live.metrics.serve(args.metrics_port)
-    app = create_detection_app(
-        args.app_id,
-        faust_broker_url(settings.kafka_bootstrap),
-        live,
+    topology = load_document(args.topology, "topology", Topology) if args.topology else None
+    params, job_params = load_params(args.params) if args.params else (DetectorParams(), {})
+    config = DetectionConfig(
+        app_id=args.app_id,
+        broker=faust_broker_url(settings.kafka_bootstrap),
         partitions=settings.topic_partitions,
         topic_names={topic.kind: settings.topic_prefix + topic.name for topic in ALL_TOPICS},
+        params=params,
+        job_params=job_params,
+        topology=topology,
+        clock_rate=args.clock_rate,
+        snapshot_interval_s=args.snapshot_interval,
         web_port=args.web_port,
         web_bind=args.web_bind,
     )
-    worker = faust.Worker(app, loglevel=args.loglevel)
-    worker.execute_from_commandline()
+    worker = create_detection_app(config)
+    if args.metrics_port:
+        worker.metrics.serve(args.metrics_port)
+    faust.Worker(worker.app, loglevel=args.loglevel).execute_from_commandline()
     return 0
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        message = f"must be > 0, got {text}"
+        raise argparse.ArgumentTypeError(message)
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,9 +68,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     worker.add_argument(
         "--clock-rate",
-        type=float,
+        type=_positive,
         default=1.0,
         help="event seconds per wall second while silent (a sped-up simulator: its speed)",
+    )
+    worker.add_argument("--topology", help="v1 topology file (enables the fabric correlator)")
+    worker.add_argument("--params", help='detector parameters: {"defaults": {}, "jobs": {}}')
+    worker.add_argument(
+        "--snapshot-interval",
+        type=_positive,
+        default=1.0,
+        help="seconds between state snapshots of changed jobs (findings: at once)",
     )
     worker.add_argument(
         "--metrics-port",

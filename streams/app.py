@@ -13,13 +13,11 @@ from typing import Any
 import faust
 
 from schemas.base import C4Model
-from schemas.codec import RejectCode, Rejection, encode
-from schemas.messages import Diagnosis
+from schemas.codec import RejectCode, Rejection
 from schemas.topics import (
     COLLECTIVE,
     DEADLETTER,
     DIAGNOSIS,
-    FABRIC_KEY,
     GPU,
     JOB,
     LINK,
@@ -27,7 +25,6 @@ from schemas.topics import (
     Topic,
 )
 from streams.intake import decoded, send_dead_letter
-from streams.live import LiveDetection
 
 log = logging.getLogger(__name__)
 
@@ -107,51 +104,3 @@ def _decoding_agent(
 
     agent.__name__ = f"decode_{kind}"
     return agent
-
-
-def create_detection_app(
-    app_id: str,
-    broker: str,
-    live: LiveDetection,
-    *,
-    partitions: int = 8,
-    topic_names: Mapping[str, str] | None = None,
-    web_port: int | None = None,
-    web_bind: str = "127.0.0.1",
-    tick_s: float = 0.5,
-) -> faust.App:
-    """The detection app: every input kind feeds ``live``; diagnoses go to their topic."""
-    names = {topic.kind: topic.name for topic in (*INPUT_TOPICS, DEADLETTER, DIAGNOSIS)}
-    names.update(topic_names or {})
-    holder: dict[str, Any] = {}
-
-    async def publish(found: list[Diagnosis]) -> None:
-        for diagnosis in found:
-            key = diagnosis.job if diagnosis.job is not None else FABRIC_KEY
-            await holder["diagnoses"].send(key=key.encode(), value=encode(diagnosis))
-
-    async def feed(key: str | None, message: C4Model) -> None:
-        await publish(live.on_message(message))
-
-    app = create_app(
-        app_id,
-        broker,
-        partitions=partitions,
-        topic_names=names,
-        handlers={topic.kind: feed for topic in INPUT_TOPICS},
-        on_reject=lambda topic, rejection: live.metrics.rejected.labels(
-            topic, rejection.code.value
-        ).inc(),
-        web_port=web_port,
-        web_bind=web_bind,
-    )
-    holder["diagnoses"] = app.topic(
-        names["diagnosis"], key_serializer="raw", value_serializer="raw", partitions=partitions
-    )
-
-    async def advance_clock() -> None:
-        await publish(live.on_timer())
-
-    app.timer(interval=tick_s)(advance_clock)
-
-    return app

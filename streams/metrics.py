@@ -46,6 +46,22 @@ class StreamMetrics:
             "The detectors' event-time clock (Unix seconds)",
             registry=self.registry,
         )
+        self.lag = Gauge(
+            "c4_stream_consumer_lag",
+            "Records behind the end of the log, by topic (this worker's partitions)",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.snapshots = Counter(
+            "c4_stream_snapshots",
+            "Detector state snapshots written to the state tables",
+            registry=self.registry,
+        )
+        self.restored = Counter(
+            "c4_stream_restored",
+            "Jobs and nodes taken over from a snapshot (restart or rebalance)",
+            registry=self.registry,
+        )
         self.tracked_jobs = Gauge(
             "c4_stream_tracked_jobs",
             "Jobs whose detectors this worker holds",

@@ -67,6 +67,8 @@ class HardwareMonitor:
         counters = message.counters
         retrans = counters.timeout_retrans
         previous = self._ports.get(pid)
+        if previous is not None and message.ts_ns <= previous.ts_ns:
+            return []  # a repeated or reordered report (a redelivery): no new rates in it
         gbps = message.gbps or 0.0
         state = PortState(
             message.ts_ns,

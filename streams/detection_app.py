@@ -1,0 +1,267 @@
+"""The detection app: decoding agents feed the engine; state in changelog-backed tables.
+
+What runs where, with several workers in one consumer group:
+- every input topic has the same partition count and is keyed by job (collective, job) or
+  node (link, gpu), so Faust gives partition p of all of them to one worker: a job's state,
+  and a node's, live only with its partition;
+- that state is snapshotted into the ``job-state`` and ``node-state`` tables (changelog
+  topics, same partitioning), so a restarted worker or the next owner after a rebalance goes
+  on from it (`streams.durable`);
+- placements, port health and route plans go to the ``shared-facts`` global table that every
+  worker holds (`streams.shared`);
+- each worker sends its jobs' changed slow paths to the one-partition ``fabric-paths`` topic,
+  where the worker that owns it runs the fabric correlator (`streams.core.fabric.FabricHub`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+import orjson
+from aiokafka.partitioner import murmur2
+
+from schemas.base import C4Model
+from schemas.codec import encode
+from schemas.files import Topology
+from schemas.messages import Diagnosis
+from schemas.topics import ALL_TOPICS, FABRIC_KEY
+from streams.app import INPUT_TOPICS, create_app
+from streams.core.engine import Engine, SharedFacts
+from streams.core.fabric import FabricHub
+from streams.core.job import SlowPath
+from streams.core.params import DetectorParams
+from streams.core.snapshot import SnapshotError, decode_state, encode_state
+from streams.durable import DurableDetection
+from streams.live import LiveDetection
+from streams.metrics import StreamMetrics
+from streams.shared import TableFacts
+
+log = logging.getLogger(__name__)
+
+LAG_EVERY_S = 2.0
+FABRIC_STATE_KEY = FABRIC_KEY.encode()
+
+
+@dataclass(frozen=True, slots=True)
+class DetectionConfig:
+    """How a detection worker runs: its group, topics, clock and detector settings."""
+
+    app_id: str
+    broker: str
+    partitions: int = 8
+    topic_names: Mapping[str, str] = field(default_factory=dict)
+    params: DetectorParams = field(default_factory=DetectorParams)
+    job_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    topology: Topology | None = None
+    clock_rate: float = 1.0
+    tick_s: float = 0.5
+    snapshot_interval_s: float = 1.0
+    web_port: int | None = None
+    web_bind: str = "127.0.0.1"
+    app_settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """The partition Kafka's murmur2 partitioner (Java, aiokafka, our producers) picks."""
+    return int(murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+@dataclass(slots=True)
+class DetectionWorker:
+    """The pieces of one detection worker, for the command line and the tests."""
+
+    app: faust.App
+    detection: DurableDetection
+    hub: FabricHub
+    metrics: StreamMetrics
+
+
+def create_detection_app(
+    config: DetectionConfig,
+    metrics: StreamMetrics | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> DetectionWorker:
+    """A Faust app that detects, keeps its state in tables and publishes diagnoses."""
+    metrics = metrics or StreamMetrics()
+    names = {topic.kind: topic.name for topic in ALL_TOPICS}
+    names.update(config.topic_names)
+    holder: dict[str, Any] = {}
+    fabric_topic_name = f"{config.app_id}-fabric-paths"
+
+    def owns(kind: str, key: str) -> bool:
+        topic = names["collective"] if kind == "job" else names["link"]
+        tp = faust.types.TP(topic, partition_of(key, config.partitions))
+        return tp in holder["app"].consumer.assignment()
+
+    def make_engine(facts: SharedFacts) -> Engine:
+        return Engine(
+            config.params,
+            config.job_params,
+            config.topology,
+            shared=facts,
+            local_fabric=False,
+        )
+
+    async def publish(found: list[Diagnosis]) -> None:
+        for diagnosis in found:
+            key = diagnosis.job if diagnosis.job is not None else FABRIC_KEY
+            await holder["diagnoses"].send(key=key.encode(), value=encode(diagnosis))
+
+    async def feed(key: str | None, message: C4Model) -> None:
+        found = holder["durable"].on_message(message)
+        holder["facts"].learn(message, holder["durable"].engine)
+        await publish(found)
+
+    app = create_app(
+        config.app_id,
+        config.broker,
+        partitions=config.partitions,
+        topic_names=names,
+        handlers={topic.kind: feed for topic in INPUT_TOPICS},
+        on_reject=lambda topic, rejection: metrics.rejected.labels(
+            topic, rejection.code.value
+        ).inc(),
+        web_port=config.web_port,
+        web_bind=config.web_bind,
+        broker_config=config.app_settings,
+    )
+    holder["app"] = app
+    # bytes keys and values: raw on the changelog, so a key hashes to the same partition
+    # as the job's (or node's) messages; the partitioner places writes made from the timer.
+    raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "use_partitioner": True}
+    job_states = app.Table("job-state", partitions=config.partitions, **raw)
+    node_states = app.Table("node-state", partitions=config.partitions, **raw)
+    fabric_state = app.Table("fabric-state", partitions=1, **raw)
+    # One partition and a recovery buffer of one: Faust's advice for global tables shared
+    # by several workers (larger settings can loop in recovery).
+    shared = app.GlobalTable("shared-facts", partitions=1, recovery_buffer_size=1, **raw)
+    facts = TableFacts(shared)
+    live = LiveDetection(make_engine(facts), clock_rate=config.clock_rate, metrics=metrics)
+    durable = DurableDetection(
+        live,
+        job_states,
+        node_states,
+        owns,
+        snapshot_interval_s=config.snapshot_interval_s,
+        monotonic=monotonic,
+    )
+    hub = FabricHub(config.topology, config.params.tick_ns)
+    holder.update(durable=durable, facts=facts)
+    holder["diagnoses"] = app.topic(
+        names["diagnosis"],
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=config.partitions,
+    )
+    fabric_paths = app.topic(
+        fabric_topic_name, key_serializer="raw", value_serializer="raw", partitions=1
+    )
+    fabric = _FabricSide(hub, fabric_state, metrics)
+
+    @app.agent(fabric_paths, name=f"{config.app_id}.fabric")
+    async def correlate(stream: Any) -> None:
+        async for value in stream:
+            await publish(fabric.on_report(value))
+
+    async def tick() -> None:
+        found = durable.on_timer()
+        await publish(found)
+        changed = durable.engine.drain_slow_paths()
+        report = {
+            "now_ns": durable.engine.now_ns,
+            "paths": {job: [_path_row(p) for p in paths] for job, paths in changed.items()},
+        }
+        if report["now_ns"]:
+            await fabric_paths.send(key=FABRIC_STATE_KEY, value=orjson.dumps(report))
+        if time.monotonic() - holder.get("lag_at", 0.0) >= LAG_EVERY_S:
+            holder["lag_at"] = time.monotonic()
+            await _record_lag(app, metrics)
+
+    app.timer(interval=config.tick_s)(tick)
+
+    @app.on_partitions_revoked.connect
+    async def forget(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        revoked = args[0] if args else kwargs.get("revoked", set())
+        gone = {tp.partition for tp in revoked if tp.topic == names["collective"]}
+        gone_nodes = {tp.partition for tp in revoked if tp.topic == names["link"]}
+        durable.on_revoked(
+            "job", [j for j in durable.held("job") if partition_of(j, config.partitions) in gone]
+        )
+        durable.on_revoked(
+            "node",
+            [n for n in durable.held("node") if partition_of(n, config.partitions) in gone_nodes],
+        )
+        if any(tp.topic == fabric_topic_name for tp in revoked):
+            fabric.revoke()
+
+    return DetectionWorker(app, durable, hub, metrics)
+
+
+def _path_row(path: SlowPath) -> list[str | None]:
+    return [path.flow, path.src_port, path.dst_port, path.via]
+
+
+class _FabricSide:
+    """The correlator behind the ``fabric-paths`` topic, its state in a one-key table."""
+
+    def __init__(self, hub: FabricHub, table: Any, metrics: StreamMetrics) -> None:
+        self.hub = hub
+        self._table = table
+        self._metrics = metrics
+        self._restored = False
+        self._saved_at = 0.0
+
+    def revoke(self) -> None:
+        """The topic's partition moved away: the next owner goes on from the table."""
+        self._restored = False
+        self.hub.paths.clear()
+
+    def on_report(self, value: bytes) -> list[Diagnosis]:
+        """A worker's changed slow paths and its clock: update, correlate, save on change."""
+        if not self._restored:
+            self._restore()
+        try:
+            report = orjson.loads(value)
+            for job, rows in report["paths"].items():
+                self.hub.update(job, [SlowPath(job, *row) for row in rows])
+            found = self.hub.advance(int(report["now_ns"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+            log.warning("ignored a malformed fabric-paths report: %s", error)
+            return []
+        if found or time.monotonic() - self._saved_at >= 1.0:
+            self._table[FABRIC_STATE_KEY] = encode_state(self.hub.state())
+            self._saved_at = time.monotonic()
+        self._metrics.record_diagnoses(found)
+        return found
+
+    def _restore(self) -> None:
+        self._restored = True
+        blob = self._table.get(FABRIC_STATE_KEY)
+        if blob is None:
+            return
+        try:
+            self.hub.restore(decode_state(blob))
+        except (SnapshotError, KeyError, TypeError, ValueError) as error:
+            log.warning("fabric correlator state unreadable, relearning: %s", error)
+
+
+async def _record_lag(app: faust.App, metrics: StreamMetrics) -> None:
+    """Consumer lag per topic: the high watermark minus this worker's position."""
+    consumer = app.consumer
+    lag: dict[str, int] = {}
+    for tp in consumer.assignment():
+        try:
+            position = await consumer.position(tp)
+            highwater = consumer.highwater(tp)
+        except Exception as error:  # noqa: BLE001 - a metric must never stop the timer
+            log.debug("no lag for %s: %s", tp, error)
+            continue
+        if position is not None and highwater is not None:
+            lag[tp.topic] = lag.get(tp.topic, 0) + max(0, highwater - position)
+    for topic, value in lag.items():
+        metrics.lag.labels(topic).set(value)

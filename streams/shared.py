@@ -1,0 +1,78 @@
+"""Facts one partition learns and every worker needs: placements, port health, route plans.
+
+Scaled out, a job's collective messages and the link messages of the nodes it runs on land
+on different workers. These few, small, slowly changing facts are written to one table that
+every worker holds entirely (a Faust GlobalTable), on change only, and read by the engine
+through `streams.core.engine.SharedFacts`. Nothing here imports Faust: the table is a mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+
+from schemas.base import C4Model
+from schemas.messages import Job, Link, Route
+from streams.core.engine import Engine
+from streams.core.places import gpu_id, port_id
+
+FactTable = MutableMapping[bytes, bytes]
+
+
+class TableFacts:
+    """`SharedFacts` read from, and learnt into, a table of small byte values."""
+
+    def __init__(self, table: FactTable) -> None:
+        self._table = table
+
+    def _get(self, key: str) -> str | None:
+        value = self._table.get(key.encode())
+        return None if value is None else value.decode("utf-8", errors="replace")
+
+    def _set(self, key: str, value: str) -> None:
+        encoded = value.encode()
+        if self._table.get(key.encode()) != encoded:  # on change only: it is a changelog
+            self._table[key.encode()] = encoded
+
+    # --- SharedFacts ---------------------------------------------------------------------
+    def job_of_port(self, port: str) -> str | None:
+        """The job using a NIC port."""
+        return self._get(f"port:{port}")
+
+    def job_of_gpu(self, gpu: str) -> str | None:
+        """The job running on a GPU."""
+        return self._get(f"gpu:{gpu}")
+
+    def port_health(self, port: str) -> tuple[bool, bool]:
+        """(down, degraded) as the port's node last said."""
+        value = self._get(f"health:{port}") or "00"
+        return value[:1] == "1", value[1:2] == "1"
+
+    def via(self, flow: str) -> str | None:
+        """The planned spine of a flow."""
+        return self._get(f"via:{flow}") or None
+
+    # --- learning ------------------------------------------------------------------------
+    def learn(self, message: C4Model, engine: Engine) -> None:
+        """Record what a message (already processed by ``engine``) tells other workers."""
+        if isinstance(message, Job):
+            self._learn_job(message)
+        elif isinstance(message, Route):
+            for path in message.paths:
+                self._set(f"via:{path.flow}", path.via or "")
+        elif isinstance(message, Link):
+            port = port_id(message.node, message.port)
+            down = engine.hardware.is_down(port)
+            degraded = engine.hardware.errors_rising(port)
+            self._set(f"health:{port}", f"{int(down)}{int(degraded)}")
+
+    def _learn_job(self, job: Job) -> None:
+        mine = job.job.encode()
+        for key in [k for k, v in list(self._table.items()) if v == mine and k[:4] != b"via:"]:
+            del self._table[key]
+        if job.state == "stopped":
+            return
+        for place in job.ranks:
+            if place.gpu is not None:
+                self._set(f"gpu:{gpu_id(place.node, place.gpu)}", job.job)
+            if place.port is not None:
+                self._set(f"port:{port_id(place.node, place.port)}", job.job)

@@ -1,0 +1,151 @@
+"""Durable detection with plain dicts as its tables: restart, redelivery, revocation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from producers.simulator import scenario_from, simulate
+from schemas.base import C4Model
+from schemas.messages import Diagnosis, Link
+from streams.core.engine import Engine
+from streams.durable import DurableDetection
+from streams.live import LiveDetection
+from streams.shared import TableFacts
+
+S = 1_000_000_000
+SCENARIO = {
+    "seed": 3,
+    "duration_s": 32,
+    "jobs": [
+        {"id": "job-1", "ranks": 32, "compute_ms": 150},
+        {"id": "job-2", "ranks": 16, "compute_ms": 100},
+    ],
+    "faults": [
+        {"type": "slow_gpu", "job": "job-1", "rank": 5, "factor": 1.3, "at_s": 4},
+        {"type": "port_degraded", "node": "node-004", "port": "mlx5_2:1", "factor": 0.5, "at_s": 6},
+        {"type": "gpu_stop", "job": "job-2", "rank": 3, "at_s": 20},
+    ],
+}
+
+
+class FakeClock:
+    """Wall time that moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _messages() -> list[C4Model]:
+    return list(simulate(None, scenario_from(SCENARIO)))
+
+
+def _ts(message: C4Model) -> int:
+    return int(getattr(message, "ts_ns", 0))
+
+
+def _worker(
+    jobs: dict[bytes, bytes], nodes: dict[bytes, bytes], clock: FakeClock
+) -> DurableDetection:
+    live = LiveDetection(Engine(), monotonic=clock)
+    return DurableDetection(
+        live, jobs, nodes, lambda kind, key: True, snapshot_interval_s=1.0, monotonic=clock
+    )
+
+
+def _feed(
+    worker: DurableDetection, messages: list[C4Model], clock: FakeClock
+) -> Iterator[Diagnosis]:
+    for message in messages:
+        clock.now += 0.01
+        yield from worker.on_message(message)
+        yield from worker.on_timer()
+
+
+def test_a_restarted_worker_goes_on_from_its_tables() -> None:
+    messages = _messages()
+    engine = Engine()
+    expected = [d for m in messages for d in engine.process(m)]
+    firing = {(d.id, d.class_) for d in expected if d.state == "firing"}
+    assert {cls for _, cls in firing} >= {"noncomm_slow", "link_degraded", "noncomm_hang"}
+
+    jobs: dict[bytes, bytes] = {}
+    nodes: dict[bytes, bytes] = {}
+    start = _ts(messages[0])
+    killed_at = next(i for i, m in enumerate(messages) if _ts(m) > start + 15 * S)
+    committed = next(i for i, m in enumerate(messages) if _ts(m) > start + 13 * S)
+    clock = FakeClock()
+    first = _worker(jobs, nodes, clock)
+    published = list(_feed(first, messages[:killed_at], clock))
+    assert {d.class_ for d in published} >= {"noncomm_slow", "link_degraded"}
+    assert set(jobs) == {b"job-1", b"job-2"} and nodes
+
+    # kill -9: the worker's memory is gone, its tables (changelog) and committed offset stay;
+    # everything after the committed offset is delivered again.
+    second = _worker(jobs, nodes, clock)
+    second.adopt_owned()
+    assert second.counters.restored == len(jobs) + len(nodes)
+    published += _feed(second, messages[committed:], clock)
+
+    keys = [(d.id, d.state) for d in published]
+    assert len(keys) == len(set(keys)), "a finding was published twice"
+    assert {(d.id, d.class_) for d in published if d.state == "firing"} == firing
+
+
+def test_a_fresh_worker_without_tables_relearns_and_publishes_again() -> None:
+    # The contrast that shows the tables matter: without them the restarted worker fires
+    # the open findings a second time.
+    messages = _messages()
+    start = _ts(messages[0])
+    killed_at = next(i for i, m in enumerate(messages) if _ts(m) > start + 15 * S)
+    clock = FakeClock()
+    published = list(_feed(_worker({}, {}, clock), messages[:killed_at], clock))
+    published += _feed(_worker({}, {}, clock), messages[killed_at:], clock)
+    stragglers = {d.id for d in published if d.class_ == "noncomm_slow" and d.state == "firing"}
+    assert len(stragglers) == 2  # the same straggler, named again under a new onset
+
+
+def test_an_unreadable_snapshot_is_relearnt_not_trusted() -> None:
+    messages = _messages()
+    clock = FakeClock()
+    jobs = {b"job-1": b"garbage", b"job-2": b"\x78\x9c broken"}
+    worker = _worker(jobs, {}, clock)
+    list(_feed(worker, messages[:200], clock))
+    assert worker.counters.unreadable == 2
+    assert set(worker.engine.jobs) == {"job-1", "job-2"}  # relearning from the messages
+
+
+def test_revoked_jobs_are_dropped_and_saved_first() -> None:
+    messages = _messages()
+    clock = FakeClock()
+    jobs: dict[bytes, bytes] = {}
+    worker = _worker(jobs, {}, clock)
+    list(_feed(worker, messages[:300], clock))
+    before = dict(jobs)
+    worker.on_revoked("job", ["job-1"])
+    assert "job-1" not in worker.engine.jobs
+    assert jobs[b"job-1"] != b"" and b"job-1" in before
+
+
+def test_table_facts_answer_what_other_partitions_learnt() -> None:
+    messages = _messages()
+    table: dict[bytes, bytes] = {}
+    facts = TableFacts(table)
+    writer = Engine()
+    for message in messages:
+        writer.process(message)
+        facts.learn(message, writer)
+    assert facts.job_of_gpu("node-000/gpu0") == "job-1"
+    assert facts.job_of_port("node-004/mlx5_0:1") == "job-2"
+    assert facts.port_health("node-004/mlx5_2:1") == (False, True)
+    assert facts.port_health("node-000/mlx5_0:1") == (False, False)
+    # A worker that saw only the link messages (its partitions) attributes the port's
+    # finding to the job placed there, from the facts another worker learnt.
+    reader = Engine(shared=facts)
+    found = [d for m in messages if isinstance(m, Link) for d in reader.process(m)]
+    assert [(d.class_, d.job) for d in found] == [("link_degraded", "job-2")]
+    alone = Engine()
+    found = [d for m in messages if isinstance(m, Link) for d in alone.process(m)]
+    assert [(d.class_, d.job) for d in found] == [("link_degraded", None)]
