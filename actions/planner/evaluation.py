@@ -93,7 +93,9 @@ def flow_links(problem: Problem, spines: Sequence[int]) -> list[tuple[int, ...]]
 
 @dataclass(frozen=True, slots=True)
 class JobResult:
-    """A job's rate (its bus bandwidth, Gbps per ring or flow) and its time per step."""
+    """A job's rate (its bus bandwidth, Gbps per ring or flow) and its time per step.
+
+    A ring hop of several flows (queue pairs) runs at their summed rate."""
 
     job: str
     busbw_gbps: float
@@ -117,7 +119,7 @@ def job_results(problem: Problem, spines: Sequence[int], jobs: Sequence[Job]) ->
     for j, job in enumerate(jobs):
         r = rates[j]
         seconds = job.flow_bytes * 8 / (r * 1e9) if r > 0 else math.inf
-        results.append(JobResult(job.id, r, seconds))
+        results.append(JobResult(job.id, r * job.flows_per_hop, seconds))
     return results
 
 

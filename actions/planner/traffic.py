@@ -29,6 +29,9 @@ class Job:
     id: str
     flows: tuple[int, ...]
     flow_bytes: float
+    # Queue pairs per ring hop: the hop's bytes split evenly over this many flows, each with
+    # its own source port (so its own ECMP draw); the ring's rate is their sum.
+    flows_per_hop: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,14 +48,20 @@ def workload(
     jobs: int,
     seed: int = 0,
     message_bytes: int = 1 << 30,
+    qps: int = 1,
 ) -> Workload:
     """``jobs`` jobs on a random split of the nodes, each running ``pattern``.
 
     ring: one ring per local port (NCCL's channels, one per NIC port) over the job's nodes in
     rank order; an allreduce of ``message_bytes`` per node sends ``2 (n-1)/n`` of its share
-    over every ring hop. permutation: per plane, every port of the job sends to one other
-    node's port and receives from one, ``message_bytes`` split over the ports.
+    over every ring hop, as ``qps`` flows of an equal share (queue pairs; ids
+    ``job/port/k`` for one, ``job/port/k/q`` for more). permutation: per plane, every port
+    of the job sends to one other node's port and receives from one, ``message_bytes`` split
+    over the ports.
     """
+    if qps < 1:
+        error = f"qps must be at least 1, got {qps}"
+        raise TopologyError(error)
     nodes: dict[str, list[str]] = {}
     for port in fabric.ports.values():
         nodes.setdefault(port.node, []).append(port.id)
@@ -69,11 +78,13 @@ def workload(
         members = names[j * size : (j + 1) * size]
         job = f"job-{j}"
         first = len(rows)
+        per_hop = 1
         if pattern == "ring":
-            flow_bytes = _ring(fabric, job, members, nodes, message_bytes, rows)
+            flow_bytes = _ring(fabric, job, members, nodes, message_bytes, rows, qps)
+            per_hop = qps
         else:
             flow_bytes = _permutation(fabric, job, members, nodes, message_bytes, rows, rng)
-        result.append(Job(job, tuple(range(first, len(rows))), flow_bytes))
+        result.append(Job(job, tuple(range(first, len(rows))), flow_bytes, per_hop))
     flows = Flows.model_validate({"v": 1, "kind": "flows", "flows": rows})
     return Workload(flows, tuple(result))
 
@@ -85,15 +96,18 @@ def _ring(
     nodes: dict[str, list[str]],
     message_bytes: int,
     rows: list[dict[str, object]],
+    qps: int,
 ) -> float:
     n = len(members)
     locals_ = [port.split("/", 1)[1] for port in nodes[members[0]]]
     for local in locals_:
         for k, node in enumerate(members):
             src, dst = f"{node}/{local}", f"{members[(k + 1) % n]}/{local}"
-            gbps = fabric.ports[src].gbps
-            rows.append({"id": f"{job}/{local}/{k}", "src": src, "dst": dst, "gbps": gbps})
-    return 2 * (n - 1) / n * message_bytes / len(locals_)
+            gbps = fabric.ports[src].gbps / qps
+            for q in range(qps):
+                flow = f"{job}/{local}/{k}" if qps == 1 else f"{job}/{local}/{k}/{q}"
+                rows.append({"id": flow, "src": src, "dst": dst, "gbps": gbps})
+    return 2 * (n - 1) / n * message_bytes / len(locals_) / qps
 
 
 def _permutation(

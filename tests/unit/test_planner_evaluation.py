@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections import defaultdict
 
 import pytest
@@ -9,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actions.planner import plan
-from actions.planner.evaluation import EcmpSampler, compare, job_results, max_min_rates
+from actions.planner.evaluation import (
+    Comparison,
+    EcmpSampler,
+    compare,
+    job_results,
+    max_min_rates,
+)
 from actions.planner.problem import build_problem
 from actions.planner.traffic import workload
 from tests.unit.planner_cases import make_fabric
@@ -98,3 +105,29 @@ def test_workloads() -> None:
         assert [r.busbw_gbps for r in results] == [200.0] * 4
     with pytest.raises(TopologyError, match="do not fit"):
         workload(fabric, "ring", 9)
+
+
+def test_queue_pairs_split_each_hop_and_add_up_to_the_ring_rate() -> None:
+    fabric = make_fabric(Shape(nodes=32, spines=8, nics=2))
+    one = workload(fabric, "ring", 2, seed=3)
+    four = workload(fabric, "ring", 2, seed=3, qps=4)
+    assert len(four.flows.flows) == 4 * len(one.flows.flows)
+    first = four.flows.flows[:4]
+    assert [f.id for f in first] == [f"{one.flows.flows[0].id}/{q}" for q in range(4)]
+    assert {(f.src, f.dst, f.gbps) for f in first} == {
+        (one.flows.flows[0].src, one.flows.flows[0].dst, 50.0)
+    }
+    model, seeds = hash_model("crc32"), range(10)
+    split = compare(fabric, four, plan(fabric, four.flows), model, [], seeds)
+    whole = compare(fabric, one, plan(fabric, one.flows), model, [], seeds)
+    for a, b in zip(split.plan_jobs, whole.plan_jobs, strict=True):
+        assert a.busbw_gbps == pytest.approx(b.busbw_gbps) == pytest.approx(200.0)
+        assert a.seconds == pytest.approx(b.seconds)
+
+    def ecmp_mean(comparison: Comparison) -> float:
+        return statistics.mean(r.busbw_gbps for jobs in comparison.ecmp_jobs for r in jobs)
+
+    # Smaller flows, each hashed on its own: ECMP loses less than with one flow per hop.
+    assert ecmp_mean(whole) < ecmp_mean(split) < 200.0
+    with pytest.raises(TopologyError, match="qps must be at least 1"):
+        workload(fabric, "ring", 2, qps=0)
