@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from c4 import (
     C4Error,
+    actions_cmd,
     diagnose_cmd,
     doctor,
     plan_cmd,
@@ -17,6 +18,7 @@ from c4 import (
     score_cmd,
     simulate_cmd,
     stack,
+    state_cmd,
     streams_cmd,
     topics,
     topology_cmd,
@@ -36,6 +38,8 @@ SUBCOMMANDS = (
     score_cmd,
     topology_cmd,
     plan_cmd,
+    state_cmd,
+    actions_cmd,
 )
 
 

@@ -29,6 +29,8 @@ class Settings(BaseSettings):
 
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_password: SecretStr | None = None
+    # Put before every Redis key of the cluster state (tests use a unique one).
+    redis_key_prefix: str = Field(default="c4", pattern=r"^[A-Za-z0-9._:{}-]+$", max_length=100)
 
     # Put before every topic name, e.g. "staging." (tests use a unique one); empty in production.
     topic_prefix: str = Field(default="", pattern=r"^[A-Za-z0-9._-]*$", max_length=100)

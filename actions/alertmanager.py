@@ -1,0 +1,133 @@
+"""The Alertmanager webhook payload (version "4") for a diagnosis, its fingerprint, its signature.
+
+Pure: receivers written for Alertmanager (PagerDuty bridges, chat bots, ticketing hooks) read
+these bodies unchanged. The fingerprint is Prometheus's label-set fingerprint (FNV-1a 64 over
+the sorted label names and values, each followed by the separator byte 255), so the same
+finding fires and resolves under one fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import orjson
+from pydantic import JsonValue
+
+from schemas.messages import Diagnosis
+
+VERSION = "4"
+ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of a firing alert
+SIGNATURE_HEADER = "X-C4-Signature"
+_FNV_OFFSET = 14695981039346656037
+_FNV_PRIME = 1099511628211
+_MASK = (1 << 64) - 1
+_SEPARATOR = 255
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    """An earlier step of the same diagnosis, for the alert's annotations."""
+
+    action: str
+    target: str
+    status: str
+    reason: str | None = None
+    message: str = ""
+
+    def line(self) -> str:
+        """``restart job-42: failed (no_spare: ...)``."""
+        why = f" ({self.reason}: {self.message})" if self.reason else ""
+        return f"{self.action} {self.target}: {self.status}{why}"
+
+
+def fingerprint(labels: Mapping[str, str]) -> str:
+    """Prometheus's fingerprint of a label set, 16 hex digits."""
+    value = _FNV_OFFSET
+    for name in sorted(labels):
+        for part in (name.encode(), labels[name].encode()):
+            for byte in (*part, _SEPARATOR):
+                value = ((value ^ byte) * _FNV_PRIME) & _MASK
+    return f"{value:016x}"
+
+
+def rfc3339(ns: int) -> str:
+    """Nanoseconds since the epoch as RFC 3339 UTC with milliseconds."""
+    moment = datetime.fromtimestamp(ns / 1e9, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def sign(secret: bytes, body: bytes) -> str:
+    """The signature header's value: ``sha256=`` + hex HMAC-SHA256 of the body."""
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def verify(secret: bytes, body: bytes, header: str) -> bool:
+    """Whether a signature header matches the body (constant-time comparison)."""
+    return hmac.compare_digest(sign(secret, body), header)
+
+
+def payload(
+    diagnosis: Diagnosis,
+    receiver: str,
+    subject: str,
+    earlier: Sequence[StepSummary] = (),
+    escalation_nodes: Sequence[str] = (),
+    external_url: str = "",
+) -> dict[str, JsonValue]:
+    """The webhook body for one diagnosis (one alert, grouped by the diagnosis id)."""
+    escalation = bool(escalation_nodes)
+    trouble = escalation or any(step.status == "failed" for step in earlier)
+    labels = {
+        "alertname": "C4Escalation" if escalation else "C4Diagnosis",
+        "class": diagnosis.class_,
+        "job": diagnosis.job or "fabric",
+        "suspect": subject,
+        "diagnosis": diagnosis.id,
+        "severity": "critical" if trouble else "warning",
+    }
+    suspects = ", ".join(f"{s.id} ({s.score:.2f})" for s in diagnosis.suspects) or "none"
+    summary = f"{diagnosis.class_} in {labels['job']}: suspect {subject}"
+    if escalation:
+        summary = (
+            f"{len(escalation_nodes)} nodes of {labels['job']} suspected at once:"
+            f" shared component {subject} escalated, nothing isolated"
+        )
+    annotations: dict[str, JsonValue] = {
+        "summary": summary,
+        "suspects": suspects,
+        "evidence": orjson.dumps(diagnosis.evidence, option=orjson.OPT_SORT_KEYS).decode(),
+    }
+    for key, value in sorted(diagnosis.evidence.items()):
+        annotations[f"evidence_{key}"] = (
+            value if isinstance(value, str) else orjson.dumps(value).decode()
+        )
+    if earlier:
+        annotations["actions"] = "; ".join(step.line() for step in earlier)
+    if escalation:
+        annotations["nodes"] = ", ".join(escalation_nodes)
+    status = diagnosis.state
+    alert: dict[str, JsonValue] = {
+        "status": status,
+        "labels": dict(labels),
+        "annotations": annotations,
+        "startsAt": rfc3339(diagnosis.onset_ns),
+        "endsAt": rfc3339(diagnosis.ts_ns) if status == "resolved" else ZERO_TIME,
+        "generatorURL": external_url,
+        "fingerprint": fingerprint(labels),
+    }
+    return {
+        "version": VERSION,
+        "groupKey": f'{{}}:{{diagnosis="{diagnosis.id}"}}',
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": receiver,
+        "groupLabels": {"diagnosis": diagnosis.id},
+        "commonLabels": dict(labels),
+        "commonAnnotations": dict(annotations),
+        "externalURL": external_url,
+        "alerts": [alert],
+    }

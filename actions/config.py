@@ -1,0 +1,251 @@
+"""The action worker's configuration file (YAML or JSON), validated once at start-up.
+
+Policy (diagnosis class -> actions, thresholds, limits), retry, the restart launcher and the
+alert receivers are data. Secrets are never in the file: a receiver or launcher names the
+environment variable that holds its HMAC key (``secret_env``), read at load time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, Self
+
+import orjson
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from actions import ActionsError
+from schemas.messages import DiagnosisClass
+
+NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+
+
+class ConfigError(ActionsError):
+    """The configuration file is unreadable or invalid; the message is one line."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RateLimit(_Frozen):
+    """At most ``actions`` state-changing actions per ``window_s`` seconds."""
+
+    actions: int = Field(ge=1)
+    window_s: float = Field(gt=0)
+
+
+class Backoff(_Frozen):
+    """Tries and exponential backoff: ``backoff_s`` doubled each time, capped."""
+
+    tries: int = Field(default=5, ge=1, le=100)
+    backoff_s: float = Field(default=0.5, ge=0)
+    max_backoff_s: float = Field(default=30.0, ge=0)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        return float(min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
+
+
+def _default_classes() -> dict[DiagnosisClass, tuple[str, ...]]:
+    hard = ("isolate", "restart", "alert")
+    classes: dict[DiagnosisClass, tuple[str, ...]] = {
+        "noncomm_hang": hard,
+        "node_down": hard,
+        "gpu_fault": hard,
+        "comm_hang": ("alert",),
+        "noncomm_slow": ("alert",),
+        "comm_slow": ("alert",),
+        "link_down": ("alert",),
+        "link_degraded": ("alert",),
+    }
+    return classes
+
+
+class Policy(_Frozen):
+    """Which actions a diagnosis class gets, and the limits that keep actions safe."""
+
+    classes: dict[DiagnosisClass, tuple[str, ...]] = Field(default_factory=_default_classes)
+    min_score: float = Field(default=0.5, ge=0, le=1)
+    # Blast radius: more than this many suspect nodes of one job at once -> isolate nothing.
+    blast_radius: int = Field(default=4, ge=1)
+    suspect_window_s: float = Field(default=300.0, gt=0)
+    job_rate: RateLimit = RateLimit(actions=4, window_s=3600)
+    cluster_rate: RateLimit = RateLimit(actions=20, window_s=3600)
+    max_restarts: int = Field(default=3, ge=0)
+
+    @field_validator("classes")
+    @classmethod
+    def _unique_actions(
+        cls, value: dict[DiagnosisClass, tuple[str, ...]]
+    ) -> dict[DiagnosisClass, tuple[str, ...]]:
+        for name, actions in value.items():
+            if len(set(actions)) != len(actions):
+                message = f"{name}: an action is listed twice"
+                raise ValueError(message)
+        return value
+
+
+class Receiver(_Frozen):
+    """An alert webhook and the diagnoses it wants (empty filter lists match everything)."""
+
+    name: str = Field(pattern=NAME)
+    url: str = Field(pattern=r"^https?://\S+$")
+    secret_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    classes: tuple[DiagnosisClass, ...] = ()
+    jobs: tuple[str, ...] = Field(default=(), description="regular expressions, full match")
+    states: tuple[Literal["firing", "resolved"], ...] = ("firing", "resolved")
+    min_score: float = Field(default=0.0, ge=0, le=1)
+    timeout_s: float = Field(default=5.0, gt=0)
+    retry: Backoff = Backoff(tries=4)
+    # Filled from secret_env by load_config, never from the file.
+    secret: SecretStr | None = Field(default=None, exclude=True)
+
+    @field_validator("jobs")
+    @classmethod
+    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                message = f"bad regular expression {pattern!r}: {error}"
+                raise ValueError(message) from None
+        return value
+
+    def wants(self, cls_: str, job: str | None, state: str, score: float) -> bool:
+        """Whether this receiver's filter matches a diagnosis."""
+        if self.classes and cls_ not in self.classes:
+            return False
+        if self.jobs and not any(re.fullmatch(p, job or "") for p in self.jobs):
+            return False
+        return state in self.states and score >= self.min_score
+
+
+class WebhookLauncher(_Frozen):
+    """The job launcher's restart endpoint: POST of the new placement."""
+
+    url: str = Field(pattern=r"^https?://\S+$")
+    secret_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    timeout_s: float = Field(default=10.0, gt=0)
+    secret: SecretStr | None = Field(default=None, exclude=True)
+
+
+class Launcher(_Frozen):
+    """How a restart is handed to the job launcher: a webhook, a command, or both."""
+
+    webhook: WebhookLauncher | None = None
+    # argv; "{job}" and "{diagnosis}" are replaced; the placement (v1 job JSON) is on stdin.
+    command: tuple[str, ...] | None = Field(default=None, min_length=1)
+    command_timeout_s: float = Field(default=60.0, gt=0)
+
+
+class WorkerConfig(_Frozen):
+    """Everything ``c4 actions worker`` reads from its configuration file."""
+
+    policy: Policy = Policy()
+    retry: Backoff = Backoff()
+    launcher: Launcher = Launcher()
+    receivers: tuple[Receiver, ...] = ()
+    # A worker that stops renewing its claim on a diagnosis loses it after this long.
+    claim_lease_s: float = Field(default=30.0, gt=0)
+    # How long a handled diagnosis id is remembered for deduplication.
+    dedup_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
+    external_url: str = ""
+
+    @model_validator(mode="after")
+    def _unique_receivers(self) -> Self:
+        names = [receiver.name for receiver in self.receivers]
+        for name in names:
+            if names.count(name) > 1:
+                message = f"receiver name {name!r} is used twice"
+                raise ValueError(message)
+        return self
+
+    def check_actions(self, known: Iterable[str]) -> None:
+        """Every action of the policy has an executor, or a `ConfigError` naming it."""
+        names = sorted(set(known))
+        for cls_, actions in self.policy.classes.items():
+            for action in actions:
+                if action not in names:
+                    message = (
+                        f"policy.classes.{cls_}: unknown action {action!r}"
+                        f" (known: {', '.join(names)})"
+                    )
+                    raise ConfigError(message)
+
+
+def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> WorkerConfig:
+    """Validate a parsed configuration and resolve its secrets; `ConfigError` on the first fault."""
+    environment = os.environ if env is None else env
+    try:
+        config = WorkerConfig.model_validate(data)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "config"
+        message = f"{where}: {first['msg'].removeprefix('Value error, ')}"
+        raise ConfigError(message) from None
+    receivers = tuple(
+        receiver.model_copy(
+            update={"secret": _secret(f"receivers[{i}]", receiver.secret_env, environment)}
+        )
+        for i, receiver in enumerate(config.receivers)
+    )
+    launcher = config.launcher
+    if launcher.webhook is not None:
+        secret = _secret("launcher.webhook", launcher.webhook.secret_env, environment)
+        webhook = launcher.webhook.model_copy(update={"secret": secret})
+        launcher = launcher.model_copy(update={"webhook": webhook})
+    return config.model_copy(update={"receivers": receivers, "launcher": launcher})
+
+
+def _secret(where: str, name: str | None, env: Mapping[str, str]) -> SecretStr | None:
+    if name is None:
+        return None
+    value = env.get(name)
+    if not value:
+        message = f"{where}.secret_env: environment variable {name} is not set"
+        raise ConfigError(message)
+    return SecretStr(value)
+
+
+def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> WorkerConfig:
+    """Read a YAML (``.yaml``/``.yml``) or JSON file; None gives the defaults."""
+    if path is None:
+        return parse_config({}, env)
+    source = Path(path)
+    try:
+        text = source.read_bytes()
+    except OSError as error:
+        message = f"cannot read {source}: {error.strerror or error}"
+        raise ConfigError(message) from None
+    try:
+        if source.suffix in {".yaml", ".yml"}:
+            data = yaml.safe_load(text)
+        else:
+            data = orjson.loads(text)
+    except (yaml.YAMLError, orjson.JSONDecodeError) as error:
+        detail = " ".join(str(error).split())
+        kind = "YAML" if source.suffix in {".yaml", ".yml"} else "JSON"
+        message = f"{source}: not valid {kind}: {detail}"
+        raise ConfigError(message) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        message = f"{source}: expected a mapping at the top level"
+        raise ConfigError(message)
+    try:
+        return parse_config(data, env)
+    except ConfigError as error:
+        message = f"{source}: {error}"
+        raise ConfigError(message) from None

@@ -1,0 +1,90 @@
+"""What one action step came to: done, skipped or failed, with a reason from a closed set.
+
+Every stage and executor answers with a `Result` (Alertmanager's notify style: whether a
+retry may help, and what went wrong). The reasons are a closed enum so that dashboards and
+alert rules can count them; ``detail`` carries the free-form particulars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import JsonValue
+
+Status = Literal["done", "skipped", "failed"]
+
+
+class Reason(StrEnum):
+    """Why a step was skipped or failed (``detail.reason`` of a v1 action record)."""
+
+    # skipped: the policy or the state said not to act
+    DRY_RUN = "dry_run"
+    NO_POLICY = "no_policy"
+    BELOW_MIN_SCORE = "below_min_score"
+    BLAST_RADIUS = "blast_radius"
+    RATE_LIMITED = "rate_limited"
+    ALREADY_ISOLATED = "already_isolated"
+    NO_JOB = "no_job"
+    NOT_IN_JOB = "not_in_job"
+    NO_TARGET = "no_target"
+    NO_RECEIVER = "no_receiver"
+    # failed: the action was attempted and did not happen
+    UNKNOWN_TARGET = "unknown_target"
+    UNKNOWN_JOB = "unknown_job"
+    NO_SPARE = "no_spare"
+    RESTART_LIMIT = "restart_limit"
+    STALE_EPOCH = "stale_epoch"
+    FENCED = "fenced"
+    LAUNCHER_REJECTED = "launcher_rejected"
+    LAUNCHER_UNAVAILABLE = "launcher_unavailable"
+    RECEIVER_REJECTED = "receiver_rejected"
+    RECEIVER_UNAVAILABLE = "receiver_unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """The outcome of one attempt: status, reason (None when done), retryable, particulars."""
+
+    status: Status
+    reason: Reason | None = None
+    message: str = ""
+    retryable: bool = False
+    detail: Mapping[str, JsonValue] = field(default_factory=dict)
+
+    @property
+    def error(self) -> Reason | None:
+        """The failure reason, None unless failed."""
+        return self.reason if self.status == "failed" else None
+
+    def with_detail(self, **extra: JsonValue) -> Result:
+        """The same result with more particulars."""
+        return Result(
+            self.status, self.reason, self.message, self.retryable, {**self.detail, **extra}
+        )
+
+    def as_detail(self) -> dict[str, JsonValue]:
+        """``detail`` of the v1 action record: particulars, plus reason and message."""
+        out: dict[str, JsonValue] = dict(self.detail)
+        if self.reason is not None:
+            out["reason"] = self.reason.value
+        if self.message:
+            out["message"] = self.message
+        return out
+
+
+def done(**detail: JsonValue) -> Result:
+    """The action happened (or had already happened for this diagnosis)."""
+    return Result("done", detail=detail)
+
+
+def skipped(reason: Reason, message: str, **detail: JsonValue) -> Result:
+    """The action was deliberately not taken."""
+    return Result("skipped", reason, message, detail=detail)
+
+
+def failed(reason: Reason, message: str, retryable: bool = False, **detail: JsonValue) -> Result:
+    """The action was attempted and did not happen; ``retryable`` when trying again may help."""
+    return Result("failed", reason, message, retryable, detail)

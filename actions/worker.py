@@ -1,0 +1,193 @@
+"""``c4 actions worker``: consume diagnoses and job placements, act, record, then commit.
+
+Per record: decode (bad input -> dead letter, the worker goes on); a job placement is
+recorded in Redis; a diagnosis goes through the pipeline, its action records are published
+and delivered, the claim is marked done, and only then is the offset committed. A Redis or
+Kafka outage does not lose or skip a record: the worker backs off and handles the same
+record again (the claim resumes what was done), never committing past it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Message
+
+from actions.config import WorkerConfig
+from actions.executors import (
+    AlertExecutor,
+    Executor,
+    IsolateExecutor,
+    RestartExecutor,
+)
+from actions.launcher import JobLauncher
+from actions.metrics import ActionMetrics
+from actions.pipeline import Busy, Pipeline
+from actions.state import StateUnavailable
+from actions.state.store import RedisState
+from actions.transport import KafkaTransport, TransportUnavailable
+from schemas.codec import Rejection, dead_letter, decode
+from schemas.messages import Deadletter, Diagnosis, Job
+from schemas.topics import DIAGNOSIS, JOB
+
+log = logging.getLogger("c4.actions")
+
+# Test-only: the name of an executor checkpoint at which the worker kills itself (SIGKILL),
+# e.g. ``restart_allocated`` (spares taken, placement not yet published). Never set it in
+# production; the crash-recovery test uses it to stop the worker at the worst moment.
+CRASH_ENV = "C4_ACTIONS_TEST_CRASH_AT"
+MAX_BACKOFF_S = 5.0
+
+
+def crash_checkpoint(name: str) -> None:
+    """Kill this process at the checkpoint named by ``C4_ACTIONS_TEST_CRASH_AT`` (test only)."""
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def worker_id() -> str:
+    """A unique owner id for claims: host, pid and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """The (prefixed) topics the worker reads."""
+
+    diagnosis: str
+    job: str
+
+    @classmethod
+    def with_prefix(cls, prefix: str) -> Topics:
+        """The v1 topic names under a prefix."""
+        return cls(prefix + DIAGNOSIS.name, prefix + JOB.name)
+
+
+# The actions this worker can take (contract v1 action names); reroute adds its executor here.
+EXECUTORS: tuple[type[Executor], ...] = (IsolateExecutor, RestartExecutor, AlertExecutor)
+
+
+def build_executors(
+    state: RedisState,
+    config: WorkerConfig,
+    transport: KafkaTransport,
+    metrics: ActionMetrics,
+    checkpoint: Callable[[str], None] = crash_checkpoint,
+) -> dict[str, Executor]:
+    """The executor mapping: action name -> executor. Add an entry to add an action."""
+
+    def publish_job(job: Job) -> None:
+        transport.publish(job)
+        transport.flush()
+
+    def publish_dead_letter(letter: Deadletter, key: str) -> None:
+        transport.publish(letter, key=key)
+        transport.flush()
+        metrics.deadletters.labels("webhook").inc()
+
+    executors: list[Executor] = [
+        IsolateExecutor(state, config),
+        RestartExecutor(state, config, publish_job, JobLauncher(config.launcher), checkpoint),
+        AlertExecutor(config, publish_dead_letter),
+    ]
+    return {executor.name: executor for executor in executors}
+
+
+class ActionWorker:
+    """The consume -> act -> record -> commit loop."""
+
+    def __init__(
+        self,
+        transport: KafkaTransport,
+        state: RedisState,
+        pipeline: Pipeline,
+        topics: Topics,
+        metrics: ActionMetrics,
+        stop: threading.Event,
+    ) -> None:
+        self._transport = transport
+        self._state = state
+        self._pipeline = pipeline
+        self._topics = topics
+        self._metrics = metrics
+        self._stop = stop
+
+    def run(self) -> None:
+        """Until stopped: take a record, handle it (retrying through outages), commit it."""
+        while not self._stop.is_set():
+            record = self._transport.poll(0.5)
+            if record is None:
+                continue
+            if self._handle(record):
+                self._transport.commit(record)
+
+    def _handle(self, record: Message) -> bool:
+        delay = 0.1
+        while not self._stop.is_set():
+            try:
+                if record.topic() == self._topics.job:
+                    self._job(record)
+                else:
+                    self._diagnosis(record)
+                return True
+            except Busy as error:
+                cause, wait = "busy", max(0.05, error.until_ms / 1000 - time.time())
+                log.info("%s; waiting", error)
+                wait = min(wait, MAX_BACKOFF_S)
+            except StateUnavailable as error:
+                cause, wait = "redis", delay
+                log.warning("%s; retrying in %.1f s", error, delay)
+            except TransportUnavailable as error:
+                cause, wait = "kafka", delay
+                log.warning("kafka: %s; retrying in %.1f s", error, delay)
+            self._metrics.retries.labels(cause).inc()
+            self._stop.wait(wait)
+            delay = min(delay * 2, MAX_BACKOFF_S)
+        return False
+
+    def _reject(self, record: Message, rejection: Rejection, source: str) -> None:
+        payload = record.value() or b""
+        letter = dead_letter(str(record.topic()), payload, rejection, time.time_ns())
+        key = record.key()
+        self._transport.publish(letter, key=key.decode(errors="replace") if key else "")
+        self._transport.flush()
+        self._metrics.deadletters.labels(source).inc()
+        log.warning("dead letter (%s): %s", source, rejection.reason)
+
+    def _job(self, record: Message) -> None:
+        result = decode(record.value() or b"", "job")
+        if isinstance(result, Rejection):
+            self._reject(record, result, "job")
+            self._metrics.jobs.labels("rejected").inc()
+            return
+        assert isinstance(result, Job)  # noqa: S101 - decode(kind="job") returns a Job
+        kept = self._state.record_job(result)
+        self._metrics.jobs.labels("recorded" if kept else "older").inc()
+
+    def _diagnosis(self, record: Message) -> None:
+        result = decode(record.value() or b"", "diagnosis")
+        if isinstance(result, Rejection):
+            self._reject(record, result, "diagnosis")
+            self._metrics.diagnoses.labels("rejected").inc()
+            return
+        assert isinstance(result, Diagnosis)  # noqa: S101 - decode(kind=...) returns that kind
+        started = time.perf_counter()
+        handled = self._pipeline.handle(result)
+        if handled.duplicate or handled.fenced:
+            self._metrics.diagnoses.labels("duplicate" if handled.duplicate else "fenced").inc()
+            return
+        for action in handled.records:
+            self._transport.publish(action)
+        self._transport.flush()
+        outcome = "handled" if self._pipeline.finish(handled) else "fenced"
+        self._metrics.diagnoses.labels(outcome).inc()
+        self._metrics.record(handled.records)
+        self._metrics.processing.observe(time.perf_counter() - started)

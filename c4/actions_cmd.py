@@ -1,0 +1,109 @@
+"""``c4 actions worker``: isolate, restart and alert on diagnoses, over the Redis-held state."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from actions import ActionsError
+from actions.config import ConfigError, load_config
+from actions.metrics import ActionMetrics
+from actions.pipeline import Pipeline
+from actions.state import StateUnavailable
+from actions.transport import KafkaTransport
+from actions.worker import EXECUTORS, ActionWorker, Topics, build_executors, worker_id
+from c4 import C4Error
+from c4.state_cmd import open_state
+
+if TYPE_CHECKING:
+    from c4.settings import Settings
+
+
+class WorkerStartError(C4Error):
+    """The worker's configuration or a service it needs is not usable (exit 2)."""
+
+    exit_code = 2
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    logging.basicConfig(
+        level=getattr(logging, args.loglevel.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = load_config(args.config)
+    except ConfigError as error:
+        raise WorkerStartError(str(error)) from None
+    try:
+        config.check_actions(executor.name for executor in EXECUTORS)
+    except ConfigError as error:
+        message = f"{args.config}: {error}"
+        raise WorkerStartError(message) from None
+    state = open_state(settings)
+    try:
+        state.client.ping()
+    except Exception as error:  # noqa: BLE001 - any failure to reach Redis is reported alike
+        message = f"redis at {settings.redis_url} does not answer ({error})"
+        raise WorkerStartError(message) from None
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        del signum, frame
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    topics = Topics.with_prefix(settings.topic_prefix)
+    metrics = ActionMetrics()
+    if args.metrics_port:
+        metrics.serve(args.metrics_port)
+    transport = KafkaTransport(
+        settings.kafka_client_config(),
+        args.group,
+        [topics.diagnosis, topics.job],
+        settings.topic_prefix,
+        stop,
+    )
+    actor = worker_id()
+    try:
+        executors = build_executors(state, config, transport, metrics)
+        pipeline = Pipeline(state, executors, config, actor, dry_run=args.dry_run)
+        mode = " (dry run: nothing is changed)" if args.dry_run else ""
+        logging.getLogger("c4.actions").info(
+            "worker %s: group %s, %s%s", actor, args.group, topics.diagnosis, mode
+        )
+        ActionWorker(transport, state, pipeline, topics, metrics, stop).run()
+    except (StateUnavailable, ActionsError) as error:
+        raise WorkerStartError(str(error)) from None
+    finally:
+        transport.close()
+        state.close()
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``actions worker`` subcommand."""
+    parser = subparsers.add_parser("actions", help="the action workers")
+    actions = parser.add_subparsers(dest="actions_command", required=True, metavar="ACTION")
+    worker = actions.add_parser(
+        "worker",
+        help="act on diagnoses: isolate, restart on spares, alert",
+        description=(
+            "Consumes c4.diagnosis.v1 and c4.job.v1; records every decision on c4.action.v1;"
+            " commits an offset only once its outcome is recorded."
+        ),
+    )
+    worker.add_argument("--config", help="YAML or JSON configuration (default: built-in policy)")
+    worker.add_argument("--group", default="c4-actions", help="consumer group (c4-actions)")
+    worker.add_argument(
+        "--dry-run", action="store_true", help="record decisions without changing anything"
+    )
+    worker.add_argument(
+        "--metrics-port", type=int, default=9465, help="Prometheus /metrics on 127.0.0.1 (0: off)"
+    )
+    worker.add_argument("--loglevel", default="info", choices=("debug", "info", "warning", "error"))
+    worker.set_defaults(handler=_run)

@@ -1,0 +1,164 @@
+"""``c4 state``: the cluster state in Redis: load a topology, add spares, show, release."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+import orjson
+
+from actions import ActionsError
+from actions.state.store import RedisState
+from actions.transport import Outbox
+from c4 import C4Error
+from c4.inputs import load_document
+from schemas.files import Topology
+from schemas.messages import Action
+
+if TYPE_CHECKING:
+    from c4.settings import Settings
+
+
+class StateCommandError(C4Error):
+    """The cluster state refused a request or could not be reached."""
+
+
+def open_state(settings: Settings) -> RedisState:
+    """The cluster state of the configured Redis and key prefix."""
+    password = settings.redis_password.get_secret_value() if settings.redis_password else None
+    return RedisState.connect(settings.redis_url, password, settings.redis_key_prefix)
+
+
+def _actor() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+def _plural(kind: str) -> str:
+    return kind + ("es" if kind.endswith("h") else "s")
+
+
+def _load(args: argparse.Namespace, state: RedisState, settings: Settings) -> int:
+    topology = load_document(args.topology, "topology", Topology)
+    counts = state.load_topology(topology)
+    summary = ", ".join(f"{count} {_plural(kind)}" for kind, count in counts.items())
+    print(f"loaded {args.topology} under {settings.redis_key_prefix}: {summary}")
+    return 0
+
+
+def _spare(args: argparse.Namespace, state: RedisState, settings: Settings) -> int:
+    del settings
+    code = 0
+    for node in args.nodes:
+        now = time.time_ns()
+        try:
+            answer = state.add_spare(node, now, now // 1_000_000, _actor())
+        except ActionsError as error:
+            print(f"{node}: {error}")
+            code = 1
+            continue
+        if answer.outcome in {"ok", "same"}:
+            print(f"{node} spare" + (" (already)" if answer.outcome == "same" else ""))
+        else:
+            print(f"{node}: not added, it is {answer.state or answer.outcome}")
+            code = 1
+    return code
+
+
+def _show(args: argparse.Namespace, state: RedisState, settings: Settings) -> int:
+    del settings
+    snapshot = state.snapshot()
+    if args.json:
+        print(orjson.dumps(snapshot, option=orjson.OPT_INDENT_2).decode())
+        return 0
+    print(f"prefix {snapshot['prefix']}, {snapshot['audit_entries']} audit entries")
+    for kind, info in snapshot["components"].items():
+        counts = ", ".join(f"{n} {state_}" for state_, n in info["counts"].items() if n)
+        print(f"{_plural(kind)}: {counts or 'none'}")
+        for item in info["not_healthy"]:
+            why = f" ({item['reason']})" if item["reason"] else ""
+            by = f" [{item['diagnosis']}]" if item["diagnosis"] else ""
+            print(f"  {item['id']} {item['state']} epoch {item['epoch']}{why}{by}")
+    print(f"spares: {', '.join(snapshot['spares']) or 'none'}")
+    for job in snapshot["jobs"]:
+        print(
+            f"job {job['job']}: {job['state']}, {job['ranks']} ranks on {len(job['nodes'])}"
+            f" nodes, {job['restarts']} restarts, epoch {job['epoch']}"
+        )
+    return 0
+
+
+def _release(args: argparse.Namespace, state: RedisState, settings: Settings) -> int:
+    now = time.time_ns()
+    answer = state.release(args.id, now, now // 1_000_000, _actor())
+    if answer.outcome not in {"ok", "same"}:
+        message = f"{args.id} not released: {answer.outcome} {answer.state}".rstrip()
+        raise StateCommandError(message)
+    kind = state.kind_of(args.id) or "component"
+    print(f"{kind} {args.id} released (epoch {answer.epoch})")
+    record = Action(
+        v=1,
+        kind="action",
+        id="a-" + uuid.uuid4().hex[:16],
+        diagnosis=None,
+        ts_ns=now,
+        action="release",
+        target=args.id,
+        status="done",
+        detail={"kind": kind, "epoch": answer.epoch, "actor": _actor()},
+    )
+    outbox = Outbox(settings.kafka_client_config(), settings.topic_prefix)
+    try:
+        outbox.publish(record)
+        outbox.flush(timeout_s=30)
+    except ActionsError as error:
+        message = f"released in Redis (audited) but not recorded on c4.action.v1: {error}"
+        raise StateCommandError(message) from None
+    return 0
+
+
+def _audit(args: argparse.Namespace, state: RedisState, settings: Settings) -> int:
+    del settings
+    for entry in state.audit(args.count):
+        print(orjson.dumps(entry).decode())
+    return 0
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    state = open_state(settings)
+    try:
+        code: int = args.state_handler(args, state, settings)
+    except ActionsError as error:
+        raise StateCommandError(str(error)) from None
+    finally:
+        state.close()
+    return code
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``state load|spare|show|release|audit`` subcommand."""
+    parser = subparsers.add_parser(
+        "state", help="the cluster state in Redis (topology, spares, isolations, jobs)"
+    )
+    actions = parser.add_subparsers(dest="state_command", required=True, metavar="ACTION")
+    load = actions.add_parser("load", help="record a topology's nodes, ports, switches, links")
+    load.add_argument("--topology", required=True, help="v1 topology file")
+    load.set_defaults(state_handler=_load)
+    spare = actions.add_parser("spare", help="add healthy idle nodes to the spare pool")
+    spare.add_argument("nodes", nargs="+", metavar="NODE")
+    spare.set_defaults(state_handler=_spare)
+    show = actions.add_parser("show", help="states, spares and jobs")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(state_handler=_show)
+    release = actions.add_parser("release", help="return an isolated part to service (audited)")
+    release.add_argument("id", metavar="ID", help="node, GPU, port, link or switch id")
+    release.set_defaults(state_handler=_release)
+    audit = actions.add_parser("audit", help="the newest audit entries as JSON Lines")
+    audit.add_argument("--count", type=int, default=100, help="how many (default 100)")
+    audit.set_defaults(state_handler=_audit)
+    parser.set_defaults(handler=_run)
