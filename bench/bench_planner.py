@@ -6,7 +6,9 @@ allreduce (one ring per NIC port) or a permutation, every flow at line rate. ECM
 random source port per flow and hashes it (crc32) at the source leaf, over many seeds.
 The max-min fair model of `actions.planner.evaluation` turns paths into each job's bus
 bandwidth (Gbps per ring; line rate 200). Then the most loaded fabric link fails: ECMP's
-groups shrink, the plan is replanned incrementally, and both are evaluated again.
+groups shrink, the plan is replanned incrementally (and, for comparison, with mode "best":
+widened repair, full replan only if strictly better), and both are evaluated again. Last,
+the C4 paper's concurrent-allreduce setting as far as the model goes, beside its figures.
 
 Targets: plan at the lower bound on every collision-free-feasible case; 8,192 flows planned
 in < 1 s; a single link failure replanned in < 50 ms moving only the flows that used it.
@@ -36,7 +38,7 @@ from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actions.planner import lower_bound, moved_flows, plan, replan  # noqa: E402
+from actions.planner import lower_bound, moved_flows, plan, replan, replan_choice  # noqa: E402
 from actions.planner.evaluation import Comparison, compare  # noqa: E402
 from actions.planner.traffic import PATTERNS, Pattern, Workload, workload  # noqa: E402
 from schemas.files import Plan  # noqa: E402
@@ -91,6 +93,11 @@ class Row:
     ecmp_down_mean: float
     ecmp_down_bw: float
     replan_bw: float
+    # mode="best": incremental, then widened repair, then a full replan if strictly better
+    best: float
+    best_moved: int
+    best_strategy: str
+    best_s: float
 
 
 def timed(repeats: int, call: Callable[[], T]) -> tuple[float, T]:
@@ -151,6 +158,9 @@ def run_case(fabric: Fabric, nodes: int, pattern: Pattern, jobs: int, settings: 
     crossed = {path.flow for path in result.paths if failed in path.links}
     fresh = plan(fabric, flows, [failed]).max_util
     broken = compare(fabric, load, after, model, util_seeds, rate_seeds, [failed])
+    best_s, chosen = timed(
+        repeats, lambda: replan_choice(fabric, result, flows, [failed], mode="best")
+    )
     ecmp_bw, ecmp_min, plan_bw, plan_min = bandwidths(healthy)
     return Row(
         nodes=nodes,
@@ -178,6 +188,10 @@ def run_case(fabric: Fabric, nodes: int, pattern: Pattern, jobs: int, settings: 
         ecmp_down_mean=statistics.mean(broken.ecmp_max_util),
         ecmp_down_bw=bandwidths(broken)[0],
         replan_bw=bandwidths(broken)[2],
+        best=chosen.plan.max_util,
+        best_moved=len(chosen.moved),
+        best_strategy=chosen.strategy,
+        best_s=best_s,
     )
 
 
@@ -190,7 +204,11 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def report(
-    rows: list[Row], planning: list[tuple[str, bool]], settings: Sizes, started: float
+    rows: list[Row],
+    planning: list[tuple[str, bool]],
+    settings: Sizes,
+    started: float,
+    paper: list[str],
 ) -> tuple[list[str], bool]:
     out = [
         "C4P planner vs ECMP (crc32 hash, random source ports)",
@@ -240,7 +258,11 @@ def report(
             for r in rows
         ],
     )
-    out += ["", "after the most loaded fabric link fails (replan moves only its flows)"]
+    out += [
+        "",
+        "after the most loaded fabric link fails: the default replan moves only its flows; "
+        "mode best may move more (widened repair, or a full replan if strictly better)",
+    ]
     out += table(
         [
             "nodes",
@@ -256,6 +278,10 @@ def report(
             "ECMP mean",
             "busbw ECMP",
             "busbw replan",
+            "best",
+            "best moved",
+            "best via",
+            "best ms",
         ],
         [
             [
@@ -272,6 +298,10 @@ def report(
                 f"{r.ecmp_down_mean:.2f}",
                 f"{r.ecmp_down_bw:.0f}",
                 f"{r.replan_bw:.0f}",
+                f"{r.best:.2f}",
+                str(r.best_moved),
+                r.best_strategy,
+                f"{r.best_s * 1e3:.1f}",
             ]
             for r in rows
         ],
@@ -281,6 +311,15 @@ def report(
     only = sum(r.only_crossing for r in rows)
     bound_met = at_bound == len(rows)
     replan_met = slowest.replan_s < TARGET_REPLAN_S and only == len(rows)
+    below = [r for r in rows if r.replanned > r.bound_down + CLOSE]
+    reached = sum(r.best <= r.bound_down + CLOSE for r in below)
+    extra = [r.best_moved - r.moved for r in below]
+    out.append(
+        f"  incremental above the bound in {len(below)}/{len(rows)} cases; mode best reaches "
+        f"it in {reached}/{len(below)}, moving {min(extra, default=0)}-{max(extra, default=0)} "
+        "more flows than the incremental replan"
+    )
+    out += paper
     out += ["", "targets"]
     out.append(
         "  plan at the lower bound on every collision-free-feasible case (all cases above: "
@@ -346,6 +385,72 @@ def target_flows(repeats: int) -> list[tuple[str, bool]]:
     return lines
 
 
+PAPER_NODES, PAPER_JOBS, PAPER_QPS = 128, (8, 16), (1, 2, 4)
+PAPER_NOTES = (
+    "paper (Dong et al., C4, HPCA 2025, arXiv 2406.04594), cited cautiously:",
+    "  - ECMP collisions: a ~30% gap between achieved and ideal throughput (22B model, 512 "
+    "GPUs; as summarised from the paper)",
+    "  - production jobs: about 15% lower communication cost / better runtime for some "
+    "applications (abstract)",
+    "  - concurrent allreduce test (8-16 jobs): busbw gains of roughly 50-70%, about 70.3% in "
+    "one setting (figures from the issue brief; not verified against the paper text here)",
+    "what the model ignores: congestion control (DCQCN), PFC and packet-level dynamics, the",
+    "  paper's 3-tier fabric, NIC bonding, jobs' compute phases and start times (every ring",
+    "  sends at line rate at once), intra-leaf hops (random placement: every hop crosses a",
+    "  spine); ECMP draws one source port per flow for the whole run. The fabric is fully",
+    "  loaded by design, so these gains bound from above what planning recovers on such",
+    "  traffic; more queue pairs per hop (smaller flows, more draws) shrink ECMP's loss.",
+)
+
+
+def paper_setting(seeds: int) -> list[str]:
+    """The C4 paper's allreduce test as far as the model goes: 8 and 16 concurrent ring
+    allreduce jobs on a shared 1:1 fabric, ECMP against the plan, per queue pairs per hop."""
+    fabric = Fabric.from_topology(generate(Shape(nodes=PAPER_NODES, spines=32)))
+    model = hash_model("crc32")
+    rows = []
+    for jobs in PAPER_JOBS:
+        for qps in PAPER_QPS:
+            load = workload(fabric, "ring", jobs, seed=7 + jobs, qps=qps)
+            result = plan(fabric, load.flows)
+            comparison = compare(fabric, load, result, model, [], range(seeds))
+            ecmp_bw, ecmp_min, plan_bw, plan_min = bandwidths(comparison)
+            rows.append(
+                [
+                    str(jobs),
+                    str(PAPER_NODES // jobs),
+                    str(qps),
+                    str(len(load.flows.flows)),
+                    f"{result.max_util:.2f}",
+                    f"{ecmp_bw:.0f} ({ecmp_min:.0f})",
+                    f"{plan_bw:.0f} ({plan_min:.0f})",
+                    f"{1 - ecmp_bw / 200:.0%}",
+                    f"+{plan_bw / ecmp_bw - 1:.0%}",
+                ]
+            )
+    out = [
+        "",
+        f"the C4 paper's setting, as far as the model allows: concurrent ring-allreduce jobs "
+        f"on one shared fabric of {PAPER_NODES} nodes (as above), random placement, ECMP over "
+        f"{seeds} seeds",
+    ]
+    out += table(
+        [
+            "jobs",
+            "nodes/job",
+            "QPs/hop",
+            "flows",
+            "plan",
+            "busbw ECMP",
+            "busbw plan",
+            "ECMP loss",
+            "plan gain",
+        ],
+        rows,
+    )
+    return out + list(PAPER_NOTES)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller fabrics, fewer seeds")
@@ -365,7 +470,8 @@ def main() -> int:
                     file=sys.stderr,
                 )
                 rows.append(row)
-    lines, met = report(rows, target_flows(3 if args.quick else 5), settings, started)
+    paper = paper_setting(5 if args.quick else 20)
+    lines, met = report(rows, target_flows(3 if args.quick else 5), settings, started, paper)
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
     target = args.out or (None if args.quick else str(RESULTS))
