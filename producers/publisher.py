@@ -3,6 +3,12 @@
 Idempotent (acks=all, ordered retries, no duplicates per partition), lz4-compressed,
 batched, keyed by the contract's key rule and partitioned with murmur2 so keys land where
 Faust and the Java clients expect them.
+
+With a spool, nothing is lost while the broker is away: when every broker connection is
+down, or queued messages stop being acknowledged for ``stall_s``, new messages go to the
+bounded disk spool; what librdkafka already holds stays there (it never times out) and is
+delivered first when the broker is back; then the spool is replayed oldest first, new
+messages queueing behind it, so each partition keeps the order the messages were published in.
 """
 
 from __future__ import annotations
@@ -12,11 +18,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from producers import ProducerError
+from producers.spool import DiskSpool, Record
 from schemas.base import C4Model
 from schemas.codec import encode, key_of
+from schemas.messages import Collective
 from schemas.topics import TOPICS_BY_KIND
 
 NS_PER_S = 1_000_000_000
@@ -28,29 +36,62 @@ class PublishError(ProducerError):
 
 @dataclass(slots=True)
 class DeliveryCounts:
-    """Delivery reports received so far."""
+    """Delivery reports received so far, and what the spool did."""
 
     delivered: int = 0
     failed: int = 0
     last_error: str | None = None
+    outages: int = 0
+    spooled: int = 0
+    replayed: int = 0
+    dropped_heartbeats: int = 0
+    dropped_records: int = 0
+
+
+def is_heartbeat(message: C4Model) -> bool:
+    """A collective message with empty ops: the first thing to drop when the spool is full."""
+    return isinstance(message, Collective) and len(message.ops) == 0
 
 
 class Publisher:
     """Publishes v1 messages to their topics (names optionally prefixed)."""
 
-    def __init__(self, client_config: Mapping[str, Any], topic_prefix: str = "") -> None:
-        self._producer = Producer(
-            {
-                **client_config,
-                "enable.idempotence": True,
-                "compression.type": "lz4",
-                "linger.ms": 20,
-                "batch.num.messages": 10_000,
-                "partitioner": "murmur2_random",
-            }
-        )
+    def __init__(
+        self,
+        client_config: Mapping[str, Any],
+        topic_prefix: str = "",
+        spool: DiskSpool | None = None,
+        stall_s: float = 5.0,
+        probe_s: float = 1.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        config = {
+            **client_config,
+            "enable.idempotence": True,
+            "compression.type": "lz4",
+            "linger.ms": 20,
+            "batch.num.messages": 10_000,
+            "partitioner": "murmur2_random",
+        }
+        if spool is not None:
+            # What librdkafka holds is never timed out: it is delivered, in order, first.
+            config |= {"message.timeout.ms": 0, "error_cb": self._client_error}
+        self._producer = Producer(config)
         self._prefix = topic_prefix
+        self._spool = spool
+        self._stall_s, self._probe_s = stall_s, probe_s
+        self._monotonic = monotonic
+        self._down = False
+        self._down_at = 0.0
+        self._progress_at = monotonic()  # last produce into an empty queue, or last ack
+        self._acked_at = 0.0
+        self._probed_at = 0.0
         self.counts = DeliveryCounts()
+
+    @property
+    def down(self) -> bool:
+        """True while the broker is taken as unreachable (messages go to the spool)."""
+        return self._down
 
     def topic_of(self, message: C4Model) -> str:
         """The topic a message goes to."""
@@ -62,32 +103,121 @@ class Publisher:
         return self._prefix + topic.name
 
     def publish(self, message: C4Model) -> None:
-        """Queue one message; waits for room while librdkafka's queue is full."""
-        topic, key, value = self.topic_of(message), key_of(message).encode(), encode(message)
+        """Queue one message (to librdkafka, or to the spool while the broker is away)."""
+        record = Record(
+            self.topic_of(message), key_of(message).encode(), encode(message), is_heartbeat(message)
+        )
+        if self._spool is not None:
+            self.service()
+            if self._down or len(self._spool):
+                self._spool.append(record)
+                self._sync_spool_counts()
+                self.service()
+                return
+        self._produce(record)
+
+    def _produce(self, record: Record) -> None:
+        if len(self._producer) == 0:
+            self._progress_at = self._monotonic()
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key, on_delivery=self._delivered)
+                self._producer.produce(
+                    record.topic, value=record.value, key=record.key, on_delivery=self._delivered
+                )
                 break
             except BufferError:
                 self._producer.poll(0.1)
         self._producer.poll(0)
 
+    def service(self) -> None:
+        """Serve delivery reports; notice an outage or its end; replay the spool when up."""
+        self._producer.poll(0)
+        if self._spool is None:
+            return
+        now = self._monotonic()
+        if not self._down and len(self._producer) and now - self._progress_at > self._stall_s:
+            self._go_down(f"no acknowledgement for {now - self._progress_at:.1f} s")
+        if self._down and self._broker_answers(now):
+            self._down = False
+        if not self._down:
+            self._replay()
+
+    def _broker_answers(self, now: float) -> bool:
+        if self._acked_at > self._down_at and len(self._producer) == 0:
+            return True  # what was queued at the outage has been acknowledged since
+        if now - self._probed_at < self._probe_s:
+            return False
+        self._probed_at = now
+        try:
+            self._producer.list_topics(timeout=min(self._probe_s, 1.0))
+        except KafkaException:
+            return False
+        return True
+
+    def _replay(self, window: int = 20_000, batch: int = 1_000) -> None:
+        assert self._spool is not None  # noqa: S101 -- only called with a spool
+        while len(self._spool) and len(self._producer) < window:
+            records = self._spool.take(batch)
+            for record in records:
+                self._produce(record)
+            self.counts.replayed += len(records)
+
+    def _go_down(self, reason: str) -> None:
+        if not self._down:
+            self._down = True
+            self._down_at = self._monotonic()
+            self.counts.outages += 1
+            self.counts.last_error = reason
+
+    def _client_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._go_down(str(error))
+
+    def _sync_spool_counts(self) -> None:
+        assert self._spool is not None  # noqa: S101 -- only called with a spool
+        self.counts.spooled = self._spool.counts.spooled
+        self.counts.dropped_heartbeats = self._spool.counts.dropped_heartbeats
+        self.counts.dropped_records = self._spool.counts.dropped_records
+
     def _delivered(self, error: KafkaError | None, record: Message) -> None:
         if error is None:
             self.counts.delivered += 1
+            self._progress_at = self._acked_at = self._monotonic()
         else:
             self.counts.failed += 1
             self.counts.last_error = str(error)
 
+    def pending(self) -> int:
+        """Messages not yet acknowledged: in librdkafka plus in the spool."""
+        return len(self._producer) + (len(self._spool) if self._spool is not None else 0)
+
+    def drain(self, timeout_s: float, sleep: Callable[[float], None] = time.sleep) -> int:
+        """Serve until everything is acknowledged or ``timeout_s`` passes; what is left."""
+        deadline = self._monotonic() + timeout_s
+        while self.pending() and self._monotonic() < deadline:
+            self.service()
+            self._producer.poll(0.05)
+            if self._down:
+                sleep(0.05)
+        return self.pending()
+
     def flush(self, timeout_s: float = 60.0) -> None:
         """Wait for every queued message; a PublishError when some were not delivered."""
-        left = self._producer.flush(timeout_s)
+        left = self.drain(timeout_s) if self._spool is not None else 0
+        left += self._producer.flush(timeout_s if self._spool is None else 0.0)
         if left or self.counts.failed:
             error = (
                 f"{left} messages not delivered in {timeout_s} s, {self.counts.failed} failed"
                 f" (last error: {self.counts.last_error})"
             )
             raise PublishError(error)
+
+    def close(self, timeout_s: float = 10.0) -> int:
+        """Deliver what can be delivered in ``timeout_s``; what is left stays in the spool."""
+        left = self.drain(timeout_s) if self._spool is not None else self._producer.flush(timeout_s)
+        if self._spool is not None:
+            self._spool.close()
+        return int(left)
 
 
 def paced(

@@ -1,0 +1,116 @@
+"""The node agent: runs every configured source on its own interval, hands messages on.
+
+A source that is unavailable is reported once and left out; a source whose round fails is
+reported once when it starts failing and once when it recovers, and tried every interval
+in between; partial problems (one bad file) are reported once each. The agent never stops
+because of a source.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from producers.sources import Reading, Source, SourceUnavailable
+from schemas.base import C4Model
+
+MAX_REMEMBERED_PROBLEMS = 10_000  # distinct problem lines; past it, old ones may repeat
+
+
+@dataclass(slots=True)
+class _Scheduled:
+    source: Source
+    due: float
+    unavailable: bool = False
+    failing: bool = False
+
+
+@dataclass(slots=True)
+class AgentCounts:
+    """Rounds run, messages handed on, and failures, over the agent's life."""
+
+    rounds: int = 0
+    messages: int = 0
+    failed_rounds: int = 0
+    problems: int = 0
+    per_source: dict[str, int] = field(default_factory=dict)
+
+
+class Agent:
+    """Schedules sources; every message goes to ``sink``, every report line to ``report``."""
+
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        sink: Callable[[C4Model], None],
+        report: Callable[[str], None],
+        clock_ns: Callable[[], int] = time.time_ns,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        now = monotonic()
+        self._scheduled = [_Scheduled(source, now) for source in sources]
+        self._sink, self._report = sink, report
+        self._clock_ns, self._monotonic = clock_ns, monotonic
+        self._seen_problems: set[str] = set()
+        self.counts = AgentCounts()
+
+    @property
+    def active(self) -> list[str]:
+        """Names of the sources still run (not unavailable)."""
+        return [item.source.name for item in self._scheduled if not item.unavailable]
+
+    def run_once(self) -> int:
+        """Run every available source once now; the number of messages handed on."""
+        return sum(self._run(item) for item in self._scheduled if not item.unavailable)
+
+    def step(self) -> float:
+        """Run the sources that are due; the seconds until the next one is."""
+        now = self._monotonic()
+        for item in self._scheduled:
+            if not item.unavailable and item.due <= now:
+                self._run(item)
+                # Keep the cadence; after a long stall, start again from now.
+                item.due = max(item.due + item.source.interval_s, now)
+        waiting = [item.due for item in self._scheduled if not item.unavailable]
+        return max(0.0, min(waiting) - self._monotonic()) if waiting else 1.0
+
+    def _run(self, item: _Scheduled) -> int:
+        source = item.source
+        self.counts.rounds += 1
+        try:
+            reading: Reading = source.read(self._clock_ns())
+        except SourceUnavailable as error:
+            item.unavailable = True
+            self._report(f"source {source.name}: unavailable ({error}); the agent goes on")
+            return 0
+        except Exception as error:  # noqa: BLE001 -- a source must never stop the agent
+            self.counts.failed_rounds += 1
+            if not item.failing:
+                item.failing = True
+                self._report(f"source {source.name}: failed ({type(error).__name__}: {error})")
+            return 0
+        if item.failing:
+            item.failing = False
+            self._report(f"source {source.name}: recovered")
+        for problem in reading.problems:
+            self.counts.problems += 1
+            if problem not in self._seen_problems:
+                if len(self._seen_problems) >= MAX_REMEMBERED_PROBLEMS:
+                    self._seen_problems.clear()
+                self._seen_problems.add(problem)
+                self._report(f"source {source.name}: {problem}")
+        for message in reading.messages:
+            self._sink(message)
+        sent = len(reading.messages)
+        self.counts.messages += sent
+        self.counts.per_source[source.name] = self.counts.per_source.get(source.name, 0) + sent
+        return sent
+
+    def close(self) -> None:
+        """Close every source."""
+        for item in self._scheduled:
+            try:
+                item.source.close()
+            except Exception as error:  # noqa: BLE001 -- closing must reach every source
+                self._report(f"source {item.source.name}: close failed ({error})")

@@ -1,0 +1,291 @@
+"""PyTorch instrumentation: every collective and point-to-point operation, one call to start.
+
+    from producers.torch_hooks import instrument, folder_sink
+    instrument("job-42", sink=folder_sink("/run/c4/torch", "job-42.rank3"))
+
+Hooks are registered on every process group (``ProcessGroup.register_pre_hook`` /
+``register_post_hook``, run by c10d itself, so operations issued from C++ such as DDP's
+gradient buckets are seen too), on those that exist and on every one created later. On the
+training thread the pre-hook records the op, its bytes and the enter time; the post-hook
+asks the Work's future to write the end time when it completes (on the backend's thread,
+after the CUDA work for NCCL); a Work without a future is polled off the training thread.
+A background thread turns the records into one v1 message per communicator per interval
+and hands the batch to the sink.
+
+The communicator id is the process group's global name (the same on all members, since all
+members create groups in the same order); ``seq`` counts the group's operations on every
+member alike. Point-to-point operations go to the pair's communicator
+``<name>:p2p:<lo>-<hi>`` (global ranks) with a per-pair ``seq``. torch is imported only
+here, and only when `instrument` is called.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from producers import ProducerError
+from producers.handoff import FolderSink
+from producers.oplog import END, CommLog, OpRecorder
+from schemas.base import C4Model
+from schemas.messages import Collective, OpName
+
+Sink = Callable[[list[Collective]], None]
+HOOK_ID = 0x_C4  # the id our hooks are registered under on every process group
+
+# c10d's HookOpName members -> the contract's op (gather and scatter have none: not recorded)
+HOOK_OPS: dict[str, OpName] = {
+    "SEND": "send",
+    "RECV": "recv",
+    "BROADCAST": "broadcast",
+    "ALLREDUCE": "allreduce",
+    "ALLREDUCE_COALESCED": "allreduce",
+    "REDUCE": "reduce",
+    "ALLGATHER": "allgather",
+    "ALLGATHER_BASE": "allgather",
+    "ALLGATHER_COALESCED": "allgather",
+    "ALLGATHER_INTO_TENSOR_COALESCED": "allgather",
+    "REDUCE_SCATTER": "reducescatter",
+    "REDUCE_SCATTER_BASE": "reducescatter",
+    "REDUCE_SCATTER_TENSOR_COALESCED": "reducescatter",
+    "ALLTOALL": "alltoall",
+    "ALLTOALL_BASE": "alltoall",
+    "BARRIER": "barrier",
+}
+
+
+class InstrumentationError(ProducerError):
+    """The training process cannot be instrumented (torch too old, no torch.distributed)."""
+
+
+def folder_sink(folder: str | Path, name: str) -> Callable[[Iterable[C4Model]], None]:
+    """A sink appending JSON lines to ``folder/<name>.jsonl`` for ``c4 agent --handoff``."""
+    return FolderSink(Path(folder), name)
+
+
+def _finished(record: list[object], _future: object) -> None:
+    record[END] = time.time_ns()
+
+
+class TorchInstrumentation:
+    """The hooks of one training process and the thread that batches what they record."""
+
+    def __init__(
+        self,
+        job: str,
+        sink: Callable[[list[Collective]], None],
+        interval_s: float = 1.0,
+        node: str | None = None,
+        gpu: int | None = None,
+    ) -> None:
+        try:
+            import torch.distributed as dist
+            from torch.distributed import distributed_c10d as c10d
+        except ImportError as error:
+            message = f"torch.distributed is not available ({error})"
+            raise InstrumentationError(message) from error
+        if not hasattr(dist.ProcessGroup, "register_pre_hook"):
+            message = (
+                f"torch {getattr(sys.modules.get('torch'), '__version__', '?')} has no "
+                "ProcessGroup.register_pre_hook; c4's instrumentation needs a torch with "
+                "process-group hooks"
+            )
+            raise InstrumentationError(message)
+        self._dist, self._c10d = dist, c10d
+        self.recorder = OpRecorder(job, node, gpu)
+        self._sink = sink
+        self.interval_s = interval_s
+        self._ops: dict[Any, OpName] = {
+            getattr(c10d_hook_names(), name): op
+            for name, op in HOOK_OPS.items()
+            if hasattr(c10d_hook_names(), name)
+        }
+        self._attached: dict[str, Any] = {}
+        self._unfinished: list[tuple[Any, list[object]]] = []  # Works without a future
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.sink_errors = 0
+        self._thread = threading.Thread(target=self._loop, name="c4-instrumentation", daemon=True)
+
+    def start(self) -> TorchInstrumentation:
+        """Hook every existing process group and every later one; start batching."""
+        if self._dist.is_initialized():
+            for group in list(self._c10d._world.pg_map):
+                self.attach(group)
+        _GROUP_WATCHERS.append(self.attach)
+        _watch_new_groups(self._c10d)
+        self._thread.start()
+        return self
+
+    def attach(self, group: Any, members: list[int] | None = None) -> None:
+        """Register the hooks on one process group (once); ``members``: its global ranks."""
+        dist = self._dist
+        if not isinstance(group, dist.ProcessGroup):
+            return
+        name = str(group.group_name)
+        with self._lock:
+            if name in self._attached:
+                return
+            self._attached[name] = group
+        if members is None:
+            members = list(dist.get_process_group_ranks(group))
+        if not members:  # the default group, while init_process_group creates it
+            members = list(range(group.size()))
+        me = members[group.rank()]
+        log = self.recorder.comm(name, group.size(), group.rank(), me)
+        pre, post = self._hooks(name, log, members, me)
+        group.register_pre_hook(HOOK_ID, pre)
+        group.register_post_hook(HOOK_ID, post)
+
+    def _hooks(
+        self, name: str, log: CommLog, members: list[int], me: int
+    ) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
+        ops, recorder, clock = self._ops, self.recorder, time.time_ns
+        pending: dict[int, list[object]] = {}
+        pairs: dict[int, CommLog] = {}
+        unfinished = self._unfinished
+
+        def pre(args: Any) -> None:
+            op = ops.get(args.name)
+            if op is None:
+                return
+            target = log
+            if op == "send" or op == "recv":
+                peer = members[args.root]
+                target = pairs.get(peer) or _pair(recorder, pairs, name, me, peer)
+            nbytes = 0
+            for tensor in args.input_tensors or args.output_tensors:
+                nbytes += tensor.nbytes
+            pending[args.op_id] = target.enter(op, nbytes, clock())
+
+        def post(args: Any) -> None:
+            record = pending.pop(args.op_id, None)
+            if record is None:
+                return
+            try:
+                args.work.get_future().add_done_callback(functools.partial(_finished, record))
+            except RuntimeError:
+                unfinished.append((args.work, record))
+
+        return pre, post
+
+    def _poll_unfinished(self) -> None:
+        still = []
+        for work, record in self._unfinished[:]:
+            if work.is_completed():
+                record[END] = time.time_ns()
+            else:
+                still.append((work, record))
+        del self._unfinished[:]
+        self._unfinished.extend(still)
+
+    def flush(self) -> int:
+        """Hand this interval's messages to the sink now; how many."""
+        self._poll_unfinished()
+        messages = self.recorder.messages(time.time_ns())
+        try:
+            self._sink(messages)
+        except Exception as error:  # noqa: BLE001 -- the training must go on
+            self.sink_errors += 1
+            if self.sink_errors == 1:
+                print(f"c4 instrumentation: sink failed: {error}", file=sys.stderr)
+        return len(messages)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.flush()
+
+    def close(self) -> None:
+        """Stop batching, send what is left, stop watching new groups."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self.attach in _GROUP_WATCHERS:
+            _GROUP_WATCHERS.remove(self.attach)
+        self.flush()
+        close = getattr(self._sink, "close", None)
+        if callable(close):
+            close()
+
+
+def _pair(
+    recorder: OpRecorder, pairs: dict[int, CommLog], name: str, me: int, peer: int
+) -> CommLog:
+    low, high = sorted((me, peer))
+    log = recorder.comm(f"{name}:p2p:{low}-{high}", 2, 0 if me == low else 1, me)
+    pairs[peer] = log
+    return log
+
+
+def c10d_hook_names() -> Any:
+    """c10d's HookOpName enum."""
+    from torch._C import _distributed_c10d
+
+    return _distributed_c10d.HookOpName
+
+
+_GROUP_WATCHERS: list[Callable[[Any, list[int] | None], None]] = []
+_WATCHING: dict[str, bool] = {}
+
+
+def _watch_new_groups(c10d: Any) -> None:
+    """Wrap c10d's group factory once, so every group created later is hooked at birth."""
+    if _WATCHING.get("helper"):
+        return
+    original = c10d._new_process_group_helper
+
+    @functools.wraps(original)
+    def helper(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        members = kwargs.get("global_ranks_in_group", args[2] if len(args) > 2 else None)
+        for watcher in list(_GROUP_WATCHERS):
+            watcher(result[0], list(members) if members is not None else None)
+        return result
+
+    c10d._new_process_group_helper = helper
+    _WATCHING["helper"] = True
+
+
+def instrument(
+    job: str,
+    sink: Callable[[list[Collective]], None],
+    interval_s: float = 1.0,
+    node: str | None = None,
+    gpu: int | None = None,
+) -> TorchInstrumentation:
+    """Start recording every process group's operations; call once, early in the script.
+
+    ``node`` defaults to the host name and ``gpu`` to ``LOCAL_RANK`` when it is set.
+    """
+    if gpu is None and os.environ.get("LOCAL_RANK", "").isdigit():
+        gpu = int(os.environ["LOCAL_RANK"])
+    return TorchInstrumentation(job, sink, interval_s, node or socket.gethostname(), gpu).start()
+
+
+def kafka_sink(
+    client_config: Mapping[str, Any], topic_prefix: str = "", spool_dir: str | Path | None = None
+) -> Callable[[list[Collective]], None]:
+    """A sink publishing from the training process itself (spooling to disk while Kafka is away)."""
+    from producers.publisher import Publisher
+    from producers.spool import DiskSpool
+
+    spool = DiskSpool(Path(spool_dir)) if spool_dir is not None else None
+    publisher = Publisher(client_config, topic_prefix, spool)
+
+    class _KafkaSink:
+        def __call__(self, messages: list[Collective]) -> None:
+            for message in messages:
+                publisher.publish(message)
+            publisher.service()
+
+        def close(self) -> None:
+            publisher.close()
+
+    return _KafkaSink()
