@@ -89,9 +89,22 @@ class JobDetector:
         return port_id(node, port) if node is not None and port is not None else None
 
     # --- checks ----------------------------------------------------------------------
-    def check(self, now_ns: int) -> list[Diagnosis]:
-        """Evaluate every condition at event time ``now_ns``; emit what changed."""
+    def check(self, now_ns: int, *, bound_by_data: bool = True) -> list[Diagnosis]:
+        """Evaluate every condition at event time ``now_ns``; emit what changed.
+
+        ``bound_by_data``: judge no later than shortly after this job's latest report. Live,
+        other partitions' messages (or a backlog being caught up) move the clock ahead of
+        this job's queued reports, and its ranks must not look stuck or gone meanwhile.
+        When the whole stream is silent the clock alone decides (hangs fire without data).
+        """
         out: list[Diagnosis] = []
+        if bound_by_data:
+            data_now = max(
+                (m.last_seen_ns for tracker in self.comms.values() for m in tracker.members),
+                default=-1,
+            )
+            if data_now >= 0:
+                now_ns = min(now_ns, data_now + self.params.silent_after_ns)
         down = self._check_nodes(now_ns, out)
         self._check_hangs(now_ns, down, out)
         self._check_stragglers(now_ns, out)
