@@ -228,8 +228,8 @@ class RestartExecutor(Executor):
             return skipped(Reason.NOT_IN_JOB, message)
         if outcome == "no_spare":
             message = (
-                f"no spare node to replace {answer[1]} in {job}"
-                f" (spare pool: {answer[2]} nodes, none usable); nothing changed"
+                f"no spare node left to replace {answer[1]} in {job}"
+                f" (the pool holds {answer[2]}, fewer than needed); nothing changed"
             )
             return failed(Reason.NO_SPARE, message, node=answer[1])
         which = answer[1] if len(answer) > 1 else "?"

@@ -139,9 +139,9 @@ class ActionWorker:
                     self._diagnosis(record)
                 return True
             except Busy as error:
-                cause, wait = "busy", max(0.05, error.until_ms / 1000 - time.time())
+                # Poll with backoff (the holder may finish early), never past its lease.
+                cause, wait = "busy", min(delay, max(0.05, error.until_ms / 1000 - time.time()))
                 log.info("%s; waiting", error)
-                wait = min(wait, MAX_BACKOFF_S)
             except StateUnavailable as error:
                 cause, wait = "redis", delay
                 log.warning("%s; retrying in %.1f s", error, delay)
