@@ -11,6 +11,8 @@ from pydantic import ValidationError
 from c4 import (
     C4Error,
     actions_cmd,
+    agent_cmd,
+    convert_cmd,
     diagnose_cmd,
     doctor,
     plan_cmd,
@@ -40,6 +42,8 @@ SUBCOMMANDS = (
     plan_cmd,
     state_cmd,
     actions_cmd,
+    agent_cmd,
+    convert_cmd,
 )
 
 

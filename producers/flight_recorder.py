@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from producers import ProducerError
+from producers.sources import Reading
 from schemas.base import MAX_ITEMS
 from schemas.messages import Collective, OpName, Ops, RankPlace
 
@@ -367,3 +368,40 @@ def _message(
             ),
         ),
     )
+
+
+class FlightRecorderSource:
+    """Watches a dump folder; each new or rewritten dump becomes that rank's messages."""
+
+    def __init__(self, folder: Path, job: str, interval_s: float = 5.0) -> None:
+        self.name = "flight-recorder"
+        self.interval_s = interval_s
+        self.folder, self.job = folder, job
+        self._seen: dict[Path, int] = {}
+
+    def read(self, now_ns: int) -> Reading:
+        """Convert the dumps written since the last round."""
+        del now_ns  # the messages carry the dump's own times
+        reading = Reading()
+        paths = sorted(self.folder.iterdir()) if self.folder.is_dir() else []
+        for path in paths:
+            if not path.is_file() or not _RANK_SUFFIX.search(path.name):
+                continue
+            try:
+                mtime = path.stat().st_mtime_ns
+            except OSError:
+                continue
+            if self._seen.get(path) == mtime:
+                continue
+            self._seen[path] = mtime
+            try:
+                conversion = convert([read_dump_file(path)], self.job)
+            except FlightRecorderError as error:
+                reading.problems.append(str(error))
+                continue
+            reading.messages.extend(conversion.messages)
+            reading.problems.extend(conversion.skipped)
+        return reading
+
+    def close(self) -> None:
+        """Nothing is held open between rounds."""
