@@ -30,6 +30,7 @@ from schemas.messages import Action, Diagnosis
 
 Sleep = Callable[[float], None]
 STEP_FIELD = "step:"
+PLAN_FIELD = "plan"
 
 
 class Busy(ActionsError):  # noqa: N818 - reads as what it is
@@ -110,6 +111,43 @@ def _result_from_json(text: str) -> Result:
     return Result(data["status"], reason, data["message"], False, data["detail"])
 
 
+def _plan_json(planned: Plan) -> str:
+    steps = [
+        {
+            "action": step.action,
+            "target": step.target,
+            "kind": step.kind,
+            "nodes": list(step.nodes),
+            "receiver": step.receiver,
+            "escalation": step.escalation,
+            "conditional": step.conditional,
+            "verdict": _result_json(step.verdict) if step.verdict else None,
+        }
+        for step in planned.steps
+    ]
+    marks = [list(mark) for mark in planned.marks]
+    return orjson.dumps({"steps": steps, "marks": marks, "clears": planned.clears}).decode()
+
+
+def _plan_from_json(text: str) -> Plan:
+    data = orjson.loads(text)
+    steps = tuple(
+        Step(
+            item["action"],
+            item["target"],
+            item["kind"],
+            tuple(item["nodes"]),
+            item["receiver"],
+            item["escalation"],
+            item["conditional"],
+            _result_from_json(item["verdict"]) if item["verdict"] else None,
+        )
+        for item in data["steps"]
+    )
+    marks = tuple((kind, ident) for kind, ident in data["marks"])
+    return Plan(steps, marks, data["clears"])
+
+
 class Pipeline:
     """Runs diagnoses through the stages against one state and one executor mapping."""
 
@@ -152,10 +190,19 @@ class Pipeline:
                 return Handled((), duplicate=True)
             if status == "busy" or claim is None:
                 raise Busy(diagnosis.id, until)
-        planned = plan(diagnosis, self._view(diagnosis), self._config)
+        recorded = self._state.records(claim) if claim is not None else {}
+        stored = recorded.get(PLAN_FIELD)
+        if stored is not None:
+            # Resuming: the plan was decided once; the state has since been changed by it.
+            planned = _plan_from_json(stored)
+        else:
+            planned = plan(diagnosis, self._view(diagnosis), self._config)
+            if claim is not None and not self._state.record(
+                claim, PLAN_FIELD, _plan_json(planned)
+            ):
+                return Handled((), claim, fenced=True)
         if claim is not None:
             self._mark(diagnosis, planned, claim)
-        recorded = self._state.records(claim) if claim is not None else {}
         results: list[tuple[Step, Result]] = []
         for step in planned.steps:
             if step.conditional and not any(r.status == "failed" for _, r in results):
