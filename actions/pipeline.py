@@ -31,6 +31,7 @@ from schemas.messages import Action, Diagnosis
 Sleep = Callable[[float], None]
 STEP_FIELD = "step:"
 PLAN_FIELD = "plan"
+_MARKABLE = frozenset({"port", "link", "switch"})
 
 
 class Busy(ActionsError):  # noqa: N818 - reads as what it is
@@ -197,9 +198,7 @@ class Pipeline:
             planned = _plan_from_json(stored)
         else:
             planned = plan(diagnosis, self._view(diagnosis), self._config)
-            if claim is not None and not self._state.record(
-                claim, PLAN_FIELD, _plan_json(planned)
-            ):
+            if claim is not None and not self._state.record(claim, PLAN_FIELD, _plan_json(planned)):
                 return Handled((), claim, fenced=True)
         if claim is not None:
             self._mark(diagnosis, planned, claim)
@@ -252,40 +251,31 @@ class Pipeline:
 
     def _mark(self, diagnosis: Diagnosis, planned: Plan, claim: Claim) -> None:
         """Components named but not isolated become suspect; resolved, they become healthy."""
+        targets = list(planned.marks)
+        if planned.clears:
+            found = {("node", n) for n in suspect_nodes(diagnosis, 0.0, View())}
+            found |= {(s.type, s.id) for s in diagnosis.suspects if s.type in _MARKABLE}
+            targets = sorted(found)
+        to, allowed, action = (
+            ("healthy", "suspect", "clear") if planned.clears else ("suspect", "healthy", "suspect")
+        )
+        why = "resolved" if planned.clears else "named, not isolated"
         now = self._clock()
-        common = {
-            "ts_ns": now,
-            "now_ms": now // 1_000_000,
-            "actor": self._actor,
-            "diagnosis": diagnosis.id,
-            "claim": claim,
-        }
-        for kind, ident in planned.marks:
+        for kind, ident in targets:
             self._state.transition(
                 kind,
                 ident,
-                "suspect",
-                action="suspect",
-                reason=f"{diagnosis.class_}: named, not isolated",
-                allowed_from=("healthy",),
-                **common,  # type: ignore[arg-type]
+                to,
+                action=action,
+                reason=f"{diagnosis.class_}: {why}",
+                ts_ns=now,
+                now_ms=now // 1_000_000,
+                actor=self._actor,
+                diagnosis=diagnosis.id,
+                allowed_from=(allowed,),
+                claim=claim,
+                only_own=planned.clears,
             )
-        if planned.clears:
-            targets = {("node", n) for n in suspect_nodes(diagnosis, 0.0, View())}
-            targets |= {
-                (s.type, s.id) for s in diagnosis.suspects if s.type in {"port", "link", "switch"}
-            }
-            for kind, ident in sorted(targets):
-                self._state.transition(
-                    kind,
-                    ident,
-                    "healthy",
-                    action="clear",
-                    reason=f"{diagnosis.class_} resolved",
-                    allowed_from=("suspect",),
-                    only_own=True,
-                    **common,  # type: ignore[arg-type]
-                )
 
     def _execute(
         self, step: Step, diagnosis: Diagnosis, claim: Claim, results: list[tuple[Step, Result]]

@@ -137,22 +137,8 @@ class Cluster:
         return self.prefix + f"c4.{kind}.v1"
 
     def job(self, job: str, nodes: list[str], ts_ns: int = 1_000, state: str = "running") -> None:
-        """Publish a job placement (2 ranks per node) and wait until the worker recorded it."""
-        ranks = [
-            {"rank": 2 * i + g, "node": node, "gpu": g, "port": "mlx5_0:1"}
-            for i, node in enumerate(nodes)
-            for g in range(2)
-        ]
-        message = {
-            "v": 1,
-            "kind": "job",
-            "job": job,
-            "ts_ns": ts_ns,
-            "state": state,
-            "ranks": ranks,
-            "comms": {"c0": [r["rank"] for r in ranks]},
-        }
-        self.send("job", message, key=job)
+        """Publish a job placement and wait until the worker recorded it."""
+        self.send("job", job_message(job, nodes, ts_ns, state), key=job)
         wait_for(lambda: self.state.placement(job), what=f"placement of {job} recorded")
 
     def messages(self, kind: str) -> list[bytes]:
@@ -211,6 +197,26 @@ class Cluster:
         for start in range(0, len(keys), 500):
             self.state.client.delete(*keys[start : start + 500])
         self.state.close()
+
+
+def job_message(
+    job: str, nodes: list[str], ts_ns: int = 1_000, state: str = "running"
+) -> dict[str, Any]:
+    """A v1 job placement: 2 ranks per node, one communicator."""
+    ranks = [
+        {"rank": 2 * i + g, "node": node, "gpu": g, "port": "mlx5_0:1"}
+        for i, node in enumerate(nodes)
+        for g in range(2)
+    ]
+    return {
+        "v": 1,
+        "kind": "job",
+        "job": job,
+        "ts_ns": ts_ns,
+        "state": state,
+        "ranks": ranks,
+        "comms": {"c0": [r["rank"] for r in ranks]},
+    }
 
 
 def config(receiver: HttpReceiver | None = None, **overrides: Any) -> dict[str, Any]:
@@ -277,9 +283,7 @@ def worker(
 class WorkerProcess:
     """``c4 actions worker`` as a subprocess (for kill -9), log kept for failures."""
 
-    def __init__(
-        self, cluster: Cluster, config_path: Path, log_path: Path, **env: str
-    ) -> None:
+    def __init__(self, cluster: Cluster, config_path: Path, log_path: Path, **env: str) -> None:
         self.log_path = log_path
         args = [sys.executable, "-m", "c4.cli", "actions", "worker", "--config", str(config_path)]
         args += ["--group", f"proc-{cluster.unique}", "--metrics-port", "0"]

@@ -287,3 +287,29 @@ def test_dry_run_records_decisions_and_changes_nothing(
     assert cluster.state.snapshot()["spares"] == ["node-012"]
     assert receiver.requests == []
     assert cluster.state.audit() == [e for e in cluster.state.audit() if e["action"] == "spare"]
+
+
+def test_a_resolved_finding_clears_its_suspect_marks_and_resolves_the_alert(
+    cluster: Cluster, receiver: HttpReceiver
+) -> None:
+    firing = diagnosis("d-8", None, [("link", "leaf-0a~spine-a-0", 0.9)], cls="link_degraded")
+    resolved = {**firing, "state": "resolved", "ts_ns": firing["ts_ns"] + 10**9}
+    with worker(cluster, config(receiver)):
+        cluster.send("diagnosis", firing, key="fabric")
+        cluster.wait_actions(1)
+        link = cluster.state.component("link", "leaf-0a~spine-a-0")
+        assert link is not None
+        assert (link.state, link.diagnosis) == ("suspect", "d-8")
+        cluster.send("diagnosis", resolved, key="fabric")
+        actions = cluster.wait_actions(2)
+
+    assert [(a.action, a.detail["state"], a.status) for a in actions] == [
+        ("alert", "firing", "done"),
+        ("alert", "resolved", "done"),
+    ]
+    link = cluster.state.component("link", "leaf-0a~spine-a-0")
+    assert link is not None
+    assert link.state == "healthy"
+    first, second = (request.json()["alerts"][0] for request in receiver.at("/alert"))
+    assert (first["status"], second["status"]) == ("firing", "resolved")
+    assert first["fingerprint"] == second["fingerprint"]
