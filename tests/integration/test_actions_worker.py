@@ -313,3 +313,30 @@ def test_a_resolved_finding_clears_its_suspect_marks_and_resolves_the_alert(
     first, second = (request.json()["alerts"][0] for request in receiver.at("/alert"))
     assert (first["status"], second["status"]) == ("firing", "resolved")
     assert first["fingerprint"] == second["fingerprint"]
+
+
+def test_restart_limit_and_rate_limit_are_recorded_reasons(
+    cluster: Cluster, receiver: HttpReceiver
+) -> None:
+    cluster.spares("node-012")
+    limits = {"max_restarts": 0, "cluster_rate": {"actions": 1, "window_s": 600}}
+    with worker(cluster, config(receiver, policy=limits)):
+        cluster.job("job-6", JOB_NODES)
+        cluster.send("diagnosis", diagnosis("d-9", "job-6", [("gpu", "node-009/gpu1", 0.9)]))
+        cluster.wait_actions(3)
+        cluster.send("diagnosis", diagnosis("d-10", "job-6", [("gpu", "node-010/gpu0", 0.9)]))
+        actions = {(a.diagnosis, a.action): a for a in cluster.wait_actions(6)}
+
+    assert actions[("d-9", "isolate")].status == "done"
+    restart = actions[("d-9", "restart")]
+    assert (restart.status, restart.detail["reason"]) == ("failed", "restart_limit")
+    assert "giving up" in str(restart.detail["message"])
+    alert = receiver.at("/alert")[0].json()["alerts"][0]
+    assert alert["labels"]["severity"] == "critical"
+    assert "restart_limit" in alert["annotations"]["actions"]
+    isolate = actions[("d-10", "isolate")]
+    assert (isolate.status, isolate.detail["reason"]) == ("skipped", "rate_limited")
+    node = cluster.state.component("node", "node-010")
+    assert node is not None
+    assert node.state == "healthy"
+    assert cluster.state.snapshot()["spares"] == ["node-012"]
