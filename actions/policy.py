@@ -136,7 +136,11 @@ def plan(diagnosis: Diagnosis, view: View, config: WorkerConfig) -> Plan:
 
 def _targets(confident: list[Suspect], nodes: tuple[str, ...]) -> list[tuple[str, str]]:
     found = [("node", node) for node in nodes]
-    found += [(s.type, s.id) for s in confident if s.type in {"port", "link", "switch"}]
+    for suspect in confident:
+        if suspect.type in {"port", "link", "switch"}:
+            # A port's own cable is named by the port (contract): it is kept as the port.
+            cable = suspect.type == "link" and "/" in suspect.id
+            found.append(("port" if cable else suspect.type, suspect.id))
     return list(dict.fromkeys(found))
 
 

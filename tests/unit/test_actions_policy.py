@@ -220,3 +220,18 @@ def test_shared_switch_is_the_leaf_of_most_nodes_lowest_id_on_ties() -> None:
     assert shared_switch(("a", "b", "c", "d"), leaves) == "leaf-2"
     assert shared_switch(("a", "b"), leaves) == "leaf-1"
     assert shared_switch(("x",), leaves) is None
+
+
+def test_a_cable_named_as_a_link_is_isolated_as_its_port() -> None:
+    config = configured(policy={"classes": {"link_down": ["isolate"]}})
+    planned = plan(
+        diagnosis(
+            [("link", "node-001/mlx5_0:1", 0.9), ("link", "leaf-0a~spine-a-0", 0.9)], "link_down"
+        ),
+        View(),
+        config,
+    )
+    assert [(s.kind, s.target) for s in planned.steps if s.action == "isolate"] == [
+        ("port", "node-001/mlx5_0:1"),
+        ("link", "leaf-0a~spine-a-0"),
+    ]
