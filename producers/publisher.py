@@ -7,8 +7,10 @@ Faust and the Java clients expect them.
 With a spool, nothing is lost while the broker is away: when every broker connection is
 down, or queued messages stop being acknowledged for ``stall_s``, new messages go to the
 bounded disk spool; what librdkafka already holds stays there (it never times out) and is
-delivered first when the broker is back; then the spool is replayed oldest first, new
-messages queueing behind it, so each partition keeps the order the messages were published in.
+delivered first when the broker is back. While it is away, the oldest spooled record waits
+in librdkafka as a probe (nothing blocks the caller); its acknowledgement ends the outage,
+and the spool is replayed oldest first, new messages queueing behind it, so each partition
+keeps the order the messages were published in.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from producers import ProducerError
 from producers.spool import DiskSpool, Record
@@ -62,7 +64,6 @@ class Publisher:
         topic_prefix: str = "",
         spool: DiskSpool | None = None,
         stall_s: float = 5.0,
-        probe_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         config = {
@@ -79,13 +80,12 @@ class Publisher:
         self._producer = Producer(config)
         self._prefix = topic_prefix
         self._spool = spool
-        self._stall_s, self._probe_s = stall_s, probe_s
+        self._stall_s = stall_s
         self._monotonic = monotonic
         self._down = False
         self._down_at = 0.0
         self._progress_at = monotonic()  # last produce into an empty queue, or last ack
         self._acked_at = 0.0
-        self._probed_at = 0.0
         self.counts = DeliveryCounts()
 
     @property
@@ -137,22 +137,17 @@ class Publisher:
         now = self._monotonic()
         if not self._down and len(self._producer) and now - self._progress_at > self._stall_s:
             self._go_down(f"no acknowledgement for {now - self._progress_at:.1f} s")
-        if self._down and self._broker_answers(now):
-            self._down = False
+        if self._down:
+            if self._acked_at > self._down_at:
+                self._down = False  # the broker acknowledged something since the outage began
+                self._progress_at = now
+            elif len(self._producer) == 0 and len(self._spool):
+                # The oldest spooled record waits in librdkafka as the probe: its delivery
+                # says the broker is back, and it is next in order anyway.
+                self._produce(self._spool.take(1)[0])
+                self.counts.replayed += 1
         if not self._down:
             self._replay()
-
-    def _broker_answers(self, now: float) -> bool:
-        if self._acked_at > self._down_at and len(self._producer) == 0:
-            return True  # what was queued at the outage has been acknowledged since
-        if now - self._probed_at < self._probe_s:
-            return False
-        self._probed_at = now
-        try:
-            self._producer.list_topics(timeout=min(self._probe_s, 1.0))
-        except KafkaException:
-            return False
-        return True
 
     def _replay(self, window: int = 20_000, batch: int = 1_000) -> None:
         assert self._spool is not None  # noqa: S101 -- only called with a spool
