@@ -66,9 +66,29 @@ class DetectionConfig:
     app_settings: Mapping[str, Any] = field(default_factory=dict)
 
 
-def partition_of(key: str, partitions: int) -> int:
+def partition_of(key: str | bytes, partitions: int) -> int:
     """The partition Kafka's murmur2 partitioner (Java, aiokafka, our producers) picks."""
-    return int(murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+    raw = key.encode() if isinstance(key, str) else key
+    return int(murmur2(raw) & 0x7FFFFFFF) % partitions
+
+
+class KeyPartitionedTable(faust.Table):  # type: ignore[type-arg]
+    """A table whose writes go to the changelog partition of their key (murmur2).
+
+    So a job's state lands in the partition of the job's messages, whether it is written
+    while processing one of them or from the timer; computed here rather than by the
+    producer, which cannot place a key before it has the changelog topic's metadata.
+    """
+
+    def partition_for_key(self, key: Any) -> int:
+        return partition_of(key, self.changelog_topic.partitions or self.app.conf.topic_partitions)
+
+
+class KeyPartitionedGlobalTable(faust.GlobalTable):
+    """A global table, placed like `KeyPartitionedTable`."""
+
+    def partition_for_key(self, key: Any) -> int:
+        return partition_of(key, self.changelog_topic.partitions or self.app.conf.topic_partitions)
 
 
 @dataclass(slots=True)
@@ -128,12 +148,16 @@ def create_detection_app(
         ).inc(),
         web_port=config.web_port,
         web_bind=config.web_bind,
-        broker_config=config.app_settings,
+        broker_config={
+            "Table": KeyPartitionedTable,
+            "GlobalTable": KeyPartitionedGlobalTable,
+            **config.app_settings,
+        },
     )
     holder["app"] = app
     # bytes keys and values: raw on the changelog, so a key hashes to the same partition
-    # as the job's (or node's) messages; the partitioner places writes made from the timer.
-    raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "use_partitioner": True}
+    # as the job's (or node's) messages.
+    raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes}
     job_states = app.Table("job-state", partitions=config.partitions, **raw)
     node_states = app.Table("node-state", partitions=config.partitions, **raw)
     fabric_state = app.Table("fabric-state", partitions=1, **raw)
@@ -158,8 +182,13 @@ def create_detection_app(
         value_serializer="raw",
         partitions=config.partitions,
     )
+    # Internal: Faust creates it (one partition: the correlator runs in one place).
     fabric_paths = app.topic(
-        fabric_topic_name, key_serializer="raw", value_serializer="raw", partitions=1
+        fabric_topic_name,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=1,
+        internal=True,
     )
     fabric = _FabricSide(hub, fabric_state, metrics)
 

@@ -85,6 +85,6 @@ class LiveDetection:
         if elapsed_s <= 0:
             return []
         now_ns = self._latest_event_ns + int(elapsed_s * self.clock_rate * NS_PER_S)
-        found = self.engine.advance(now_ns, silent=True)
+        found = self.engine.advance(now_ns)
         self._observe(found)
         return found

@@ -163,26 +163,22 @@ class Engine:
         out.extend(self.advance(ts_ns))
         return out
 
-    def advance(self, now_ns: int, *, silent: bool = False) -> list[Diagnosis]:
-        """Move the event-time clock forward (never back); run the timers when due.
-
-        ``silent``: the clock moves because the whole stream went quiet (the live timer), not
-        because a message came; then no job's judgement waits for its own reports.
-        """
+    def advance(self, now_ns: int) -> list[Diagnosis]:
+        """Move the event-time clock forward (never back); run the timers when due."""
         if now_ns <= self.now_ns:
             return []
         self.now_ns = now_ns
         if now_ns < self._next_tick_ns:
             return []
         self._next_tick_ns = now_ns + self.params.tick_ns
-        return self.check(now_ns, silent=silent)
+        return self.check(now_ns)
 
-    def check(self, now_ns: int, *, silent: bool = False) -> list[Diagnosis]:
+    def check(self, now_ns: int) -> list[Diagnosis]:
         """Evaluate every detector at ``now_ns``."""
         out: list[Diagnosis] = []
         slow_paths = []
         for job, detector in self.jobs.items():
-            out.extend(detector.check(now_ns, bound_by_data=not silent))
+            out.extend(detector.check(now_ns))
             slow_paths.extend(detector.slow_paths)
             if not self.local_fabric and detector.slow_paths != self._reported_paths.get(job, []):
                 self._reported_paths[job] = list(detector.slow_paths)

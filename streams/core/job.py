@@ -89,22 +89,21 @@ class JobDetector:
         return port_id(node, port) if node is not None and port is not None else None
 
     # --- checks ----------------------------------------------------------------------
-    def check(self, now_ns: int, *, bound_by_data: bool = True) -> list[Diagnosis]:
+    def check(self, now_ns: int) -> list[Diagnosis]:
         """Evaluate every condition at event time ``now_ns``; emit what changed.
 
-        ``bound_by_data``: judge no later than shortly after this job's latest report. Live,
-        other partitions' messages (or a backlog being caught up) move the clock ahead of
-        this job's queued reports, and its ranks must not look stuck or gone meanwhile.
-        When the whole stream is silent the clock alone decides (hangs fire without data).
+        Judged no later than ``silent_after`` past this job's latest report: the clock may
+        run ahead of a job's reports (live, other partitions' messages or a backlog being
+        caught up; a broker outage, when only the timer moves it), and a conclusion needs
+        the job's own reports to show it. A real hang leaves the live ranks' heartbeats.
         """
         out: list[Diagnosis] = []
-        if bound_by_data:
-            data_now = max(
-                (m.last_seen_ns for tracker in self.comms.values() for m in tracker.members),
-                default=-1,
-            )
-            if data_now >= 0:
-                now_ns = min(now_ns, data_now + self.params.silent_after_ns)
+        data_now = max(
+            (m.last_seen_ns for tracker in self.comms.values() for m in tracker.members),
+            default=-1,
+        )
+        if data_now >= 0:
+            now_ns = min(now_ns, data_now + self.params.silent_after_ns)
         down = self._check_nodes(now_ns, out)
         self._check_hangs(now_ns, down, out)
         self._check_stragglers(now_ns, out)
@@ -128,7 +127,14 @@ class JobDetector:
         seen = self._node_last_seen()
         cutoff = now_ns - self.params.silent_after_ns
         alive = [node for node, ts in seen.items() if ts >= cutoff]
-        down = {node for node, ts in seen.items() if ts < cutoff} if alive else set()
+        # Gone means silent while the others went on reporting for as long: when every
+        # node stops together (the job ended, the data stopped) none of them is down.
+        latest = max(seen.values(), default=-1)
+        down = {
+            node
+            for node, ts in seen.items()
+            if ts < cutoff and ts < latest - self.params.silent_after_ns
+        }
         for node in sorted(down):
             fired = self.book.fire(
                 self.job,

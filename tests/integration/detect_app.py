@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
+
+import orjson
 
 from c4.streams_cmd import faust_broker_url
+from schemas.codec import decode_object
+from schemas.files import Topology
 from streams.detection_app import DetectionConfig, create_detection_app
 
 PREFIX = os.environ["C4_TEST_TOPIC_PREFIX"]
 KINDS = ("collective", "link", "gpu", "job", "route", "deadletter", "diagnosis")
+
+TOPOLOGY = os.environ.get("C4_TEST_TOPOLOGY")
+topology = (
+    decode_object(orjson.loads(Path(TOPOLOGY).read_bytes()), "topology") if TOPOLOGY else None
+)
+if topology is not None and not isinstance(topology, Topology):
+    message = f"bad test topology: {topology}"
+    raise SystemExit(message)
 
 worker = create_detection_app(
     DetectionConfig(
@@ -19,6 +33,8 @@ worker = create_detection_app(
         clock_rate=float(os.environ.get("C4_TEST_CLOCK_RATE", "1")),
         tick_s=0.2,
         snapshot_interval_s=0.5,
+        topology=topology,
+        app_settings={"datadir": os.environ.get("C4_TEST_DATADIR") or tempfile.mkdtemp()},
     )
 )
 app = worker.app

@@ -17,11 +17,12 @@ def test_timer_advances_event_time_when_the_stream_goes_silent() -> None:
     clock = FakeClock()
     live = LiveDetection(Engine(), monotonic=clock)
     job = RingJob(stuck_rank={11: 40})
-    # Only the events up to 2 s after the hang began: then the stream is silent.
+    # The events up to 3.5 s after the hang began (the waiting ranks' reports show it), then
+    # the stream is silent: the timer must conclude without another message.
     hang_start = T0 + 40 * (job.compute_ns + job.transfer_ns)
     found = []
     for message in [job.job_message(), *job.messages()]:
-        if message.ts_ns > hang_start + 2 * S:
+        if message.ts_ns > hang_start + 3.5 * S:
             break
         found.extend(live.on_message(message))
     assert found == []
@@ -38,11 +39,29 @@ def test_clock_rate_scales_silent_time() -> None:
     job = RingJob(stuck_rank={11: 40})
     hang_start = T0 + 40 * (job.compute_ns + job.transfer_ns)
     for message in [job.job_message(), *job.messages()]:
-        if message.ts_ns > hang_start + 2 * S:
+        if message.ts_ns > hang_start + 3.5 * S:
             break
         live.on_message(message)
     clock.now += 2.0  # one wall second past the grace: ten event seconds at rate 10
     assert [d.class_ for d in live.on_timer()] == ["noncomm_hang"]
+
+
+def test_a_silent_stream_alone_concludes_nothing() -> None:
+    # The data stops (a broker outage, the end of a run) with operations in flight: however
+    # long the timer runs, no hang and no node_down comes of silence alone.
+    clock = FakeClock()
+    live = LiveDetection(Engine(), monotonic=clock)
+    job = RingJob(ops=60)
+    messages = job.messages()
+    cut = len(messages) // 2 + 3  # some ranks reported the latest op, the others not yet
+    for message in [job.job_message(), *messages[:cut]]:
+        assert live.on_message(message) == []
+    tracker = live.engine.jobs["job-1"].comms["c0"]
+    assert any(0 < state.entered < tracker.size for state in tracker.pending.values())
+    for _ in range(20):
+        clock.now += 30.0
+        assert live.on_timer() == []
+    assert live.engine.now_ns > messages[cut].ts_ns + 60 * S
 
 
 def test_messages_beyond_lateness_are_counted_and_dropped() -> None:
