@@ -8,7 +8,9 @@ Hooks are registered on every process group (``ProcessGroup.register_pre_hook`` 
 gradient buckets are seen too), on those that exist and on every one created later. On the
 training thread the pre-hook records the op, its bytes and the enter time; the post-hook
 asks the Work's future to write the end time when it completes (on the backend's thread,
-after the CUDA work for NCCL); a Work without a future is polled off the training thread.
+after the CUDA work for NCCL). A Work without a future (gloo's reduce_scatter) is polled off
+the training thread, and at the latest taken as finished when the rank enters its next
+operation on that group: an upper bound of its end, the only one such a Work gives.
 A background thread turns the records into one v1 message per communicator per interval
 and hands the batch to the sink.
 
@@ -151,11 +153,18 @@ class TorchInstrumentation:
         pending: dict[int, list[object]] = {}
         pairs: dict[int, CommLog] = {}
         unfinished = self._unfinished
+        blind: list[list[object]] = []  # records whose Work has no future (gloo reduce_scatter)
 
         def pre(args: Any) -> None:
             op = ops.get(args.name)
             if op is None:
                 return
+            if blind:  # the rank went on to its next operation: those finished by now
+                now = clock()
+                for earlier in blind:
+                    if earlier[END] is None:
+                        earlier[END] = now
+                blind.clear()
             target = log
             if op == "send" or op == "recv":
                 peer = members[args.root]
@@ -173,6 +182,7 @@ class TorchInstrumentation:
                 args.work.get_future().add_done_callback(functools.partial(_finished, record))
             except RuntimeError:
                 unfinished.append((args.work, record))
+                blind.append(record)
 
         return pre, post
 
