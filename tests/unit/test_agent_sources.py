@@ -1,0 +1,183 @@
+"""NCCL Inspector tailing, the torch folder handoff, the op recorder and the agent's schedule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from producers.agent import Agent
+from producers.handoff import FolderSink, HandoffSource
+from producers.nccl_inspector import InspectorSource, parse_record, split_objects
+from producers.oplog import END, OpRecorder
+from producers.sources import Reading
+from schemas.base import C4Model
+from schemas.messages import Collective, Ops
+
+US = 1_000
+T0 = 1_800_000_000_000_000_000
+
+
+def inspector_record(rank: int, sn: int, exec_us: int, dump_us: int, verbose: bool = False) -> dict:
+    perf: dict = {
+        "coll": "AllReduce",
+        "coll_sn": sn,
+        "coll_msg_size_bytes": 1 << 20,
+        "coll_exec_time_us": exec_us,
+        "coll_algobw_gbs": 1.0,
+        "coll_busbw_gbs": 1.5,
+    }
+    if verbose:
+        perf["event_trace_ts"] = {
+            "coll_start_ts": dump_us - 500,
+            "coll_stop_ts": dump_us - 499,
+            "kernel_events": [
+                {"channel_id": 0, "kernel_start_ts": dump_us - 400, "kernel_stop_ts": dump_us - 100}
+            ],
+        }
+    return {
+        "header": {"id": "0x7f8c496ae9f661", "rank": rank, "n_ranks": 4, "nnodes": 1},
+        "metadata": {
+            "inspector_output_format_version": "v4.0",
+            "dump_timestamp_us": dump_us,
+            "hostname": "h",
+            "pid": 1,
+        },
+        "coll_perf": perf,
+    }
+
+
+def test_inspector_records_become_ops_with_their_durations() -> None:
+    dump_us = T0 // US
+    op = parse_record(inspector_record(2, 1407, 61_974, dump_us))
+    assert (op.comm, op.comm_size, op.rank, op.seq, op.op) == (
+        "0x7f8c496ae9f661",
+        4,
+        2,
+        1407,
+        "allreduce",
+    )
+    assert op.end_ns == T0 and op.end_ns - op.enter_ns == 61_974 * US
+    verbose = parse_record(inspector_record(2, 1408, 300, dump_us, verbose=True))
+    assert verbose.enter_ns == (dump_us - 500) * US and verbose.end_ns == (dump_us - 100) * US
+
+
+def test_inspector_source_tails_pretty_and_line_files_and_reports_bad_records(
+    tmp_path: Path,
+) -> None:
+    pretty = tmp_path / "rank2.log"
+    lines = tmp_path / "sub" / "rank3.log"
+    lines.parent.mkdir()
+    dump_us = T0 // US
+    pretty.write_text(json.dumps(inspector_record(2, 1, 100, dump_us), indent=2) + "\n")
+    complete = json.dumps(inspector_record(3, 1, 90, dump_us))
+    lines.write_text(complete + "\n" + complete[:40])  # the second record is being written
+    source = InspectorSource(tmp_path, "job-3", node="node-002")
+    reading = source.read(T0 + 5)
+    assert reading.problems == []
+    by_rank = {m.rank: m for m in reading.messages if isinstance(m, Collective)}
+    assert by_rank[2].ops.seq == (1,) and by_rank[3].ops.seq == (1,)
+    assert by_rank[2].node == "node-002" and by_rank[2].job == "job-3"
+
+    with lines.open("a") as out:
+        out.write(json.dumps(inspector_record(3, 2, 80, dump_us))[40:] + "\n")
+        out.write("{not json}\n")
+        broken = inspector_record(3, 3, 80, dump_us)
+        del broken["coll_perf"]["coll_sn"]
+        out.write(json.dumps(broken) + "\n")
+    reading = source.read(T0 + 10)
+    by_rank = {m.rank: m for m in reading.messages if isinstance(m, Collective)}
+    assert by_rank[3].ops.seq == (2,)  # the record completed by the append
+    assert by_rank[2].ops.seq == ()  # nothing new from rank 2: a heartbeat
+    assert len(reading.problems) == 2
+    assert "invalid JSON" in reading.problems[0]
+    assert "record skipped: missing or wrong field" in reading.problems[1]
+
+
+def test_split_objects_waits_for_a_cut_off_object() -> None:
+    objects, used, errors = split_objects('{"a": 1}\n{"b": ')
+    assert objects == [{"a": 1}] and used == len('{"a": 1}\n') and errors == []
+
+
+def test_op_recorder_reports_in_flight_ops_again_when_they_finish() -> None:
+    recorder = OpRecorder("job-1", node="node-000", gpu=3)
+    world = recorder.comm("0", 4, 1, 1)
+    first = world.enter("allreduce", 1024, T0)
+    second = world.enter("allgather", 2048, T0 + 10)
+    first[END] = T0 + 50
+    (message,) = recorder.messages(T0 + 100)
+    assert message.ops.seq == (0, 1)
+    assert message.ops.end_ns == (T0 + 50, None)
+    assert (message.node, message.gpu, message.rank, message.comm_size) == ("node-000", 3, 1, 4)
+
+    (heartbeat,) = recorder.messages(T0 + 200)
+    assert heartbeat.ops.seq == ()  # still in flight: not reported again until it finishes
+    second[END] = T0 + 5  # a wall clock stepped back: end is never before enter
+    (message,) = recorder.messages(T0 + 300)
+    assert message.ops.seq == (1,) and message.ops.end_ns == (T0 + 10,)
+    assert recorder.messages(T0 + 400)[0].ops.seq == ()
+
+
+def test_folder_handoff_carries_messages_to_the_agent(tmp_path: Path) -> None:
+    recorder = OpRecorder("job-1")
+    recorder.comm("0", 2, 0, 0).enter("barrier", 0, T0)[END] = T0 + 1
+    sink = FolderSink(tmp_path, "job-1.rank0")
+    sink(recorder.messages(T0 + 10))
+    with (tmp_path / "job-1.rank0.jsonl").open("ab") as out:
+        out.write(b'{"v": 1, "kind": "collective", "rank": -1}\n{"v": 1, "ki')
+    source = HandoffSource(tmp_path)
+    reading = source.read(0)
+    assert [m.ops.op for m in reading.messages if isinstance(m, Collective)] == [("barrier",)]
+    assert len(reading.problems) == 1 and "job-1.rank0.jsonl byte" in reading.problems[0]
+    sink(recorder.messages(T0 + 20))
+    sink.close()
+    assert source.read(0).messages == []  # the cut-off line is still incomplete
+
+
+class Counting:
+    """A source that counts its rounds; optionally failing for a while."""
+
+    def __init__(self, name: str, interval_s: float, failing: int = 0) -> None:
+        self.name, self.interval_s, self.failing, self.rounds = name, interval_s, failing, 0
+
+    def read(self, now_ns: int) -> Reading:
+        self.rounds += 1
+        if self.rounds <= self.failing:
+            message = "disk on fire"
+            raise OSError(message)
+        heartbeat = Collective(
+            v=1,
+            kind="collective",
+            job="j",
+            comm="c",
+            comm_size=1,
+            rank=0,
+            global_rank=0,
+            ts_ns=now_ns,
+            ops=Ops(seq=(), op=(), bytes=(), enter_ns=(), end_ns=()),
+        )
+        return Reading(messages=[heartbeat])
+
+    def close(self) -> None:
+        pass
+
+
+def test_agent_runs_each_source_on_its_own_interval() -> None:
+    clock = {"now": 0.0}
+    fast, slow = Counting("fast", 1.0), Counting("slow", 5.0, failing=2)
+    sent: list[C4Model] = []
+    reports: list[str] = []
+    agent = Agent(
+        [fast, slow],
+        sent.append,
+        reports.append,
+        clock_ns=lambda: T0,
+        monotonic=lambda: clock["now"],
+    )
+    waits = []
+    while clock["now"] < 20.0:
+        waits.append(agent.step())
+        clock["now"] += 0.5
+    assert fast.rounds == 20 and slow.rounds == 4  # at 0, 5, 10, 15
+    assert reports == ["source slow: failed (OSError: disk on fire)", "source slow: recovered"]
+    assert agent.counts.failed_rounds == 2 and len(sent) == 20 + 2
+    assert max(waits) <= 1.0
