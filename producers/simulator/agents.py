@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from producers.simulator.cluster import GPUS_PER_NODE, Cluster, Comm, local_port
-from producers.simulator.effects import NS_PER_S, Window, at_ns
+from producers.simulator.effects import DOWN_SHARE, NS_PER_S, Window, at_ns
 from producers.simulator.jobsim import JobRun, OpRun
 from producers.simulator.noise import poisson, stream
 from producers.simulator.scenario import (
     FabricLinkDegraded,
+    FabricLinkDown,
     GpuStop,
     LinkDown,
     NodeDown,
@@ -362,16 +363,19 @@ def _apply_faults(cluster: Cluster, scenario: Scenario, agents: dict[str, NodeAg
                 rate = 200.0 * (1 - fault.factor)
             window = Window(onset, until, fault.factor)
             agents[fault.node].ports[fault.port].degraded.append((window, rate))
-        elif isinstance(fault, FabricLinkDegraded):
-            until = None if fault.until_s is None else at_ns(scenario, fault.until_s)
-            window = Window(onset, until, fault.factor)
+        elif isinstance(fault, FabricLinkDegraded | FabricLinkDown):
+            if isinstance(fault, FabricLinkDown):
+                window = Window(onset, None, DOWN_SHARE)
+            else:
+                until = None if fault.until_s is None else at_ns(scenario, fault.until_s)
+                window = Window(onset, until, fault.factor)
             for job in cluster.jobs:
                 for comm in job.comms:
                     for conn in comm.ring or ():
                         if fault.link in conn.links:
                             node, _, local = conn.dst_port.partition("/")
                             if node in agents:
-                                agents[node].ports[local].lossy.append((window, fault.factor))
+                                agents[node].ports[local].lossy.append((window, window.factor))
         elif isinstance(fault, SlowGpu | GpuStop):
             job = cluster.job(fault.job)
             host = agents.get(job.node_of(fault.rank))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from producers.simulator.scenario import (
     FabricLinkDegraded,
+    FabricLinkDown,
     JobSpec,
     LinkDown,
     NodeDown,
@@ -320,6 +321,9 @@ def _check_faults(scenario: Scenario, cluster: Cluster) -> None:
             }:
                 message = f"{where}.port: node {fault.node} has no port {fault.port!r}"
                 raise ScenarioError(message)
-        elif isinstance(fault, FabricLinkDegraded) and fault.link not in cluster.fabric_links:
+        elif (
+            isinstance(fault, FabricLinkDegraded | FabricLinkDown)
+            and fault.link not in cluster.fabric_links
+        ):
             message = f"{where}.link: unknown fabric link {fault.link!r}"
             raise ScenarioError(message)

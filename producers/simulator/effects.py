@@ -3,7 +3,13 @@
 A fault changes one of four things: a rank's compute speed (slow_gpu), whether a rank still
 enters operations (gpu_stop, process_stuck, node_down), whether a communicator's operations can
 finish at all (link_down, node_down), and the bandwidth of ring connections (port_degraded,
-fabric_link_degraded). Hardware counters and telemetry are the agents' business, not this one's.
+fabric_link_degraded, fabric_link_down). Hardware counters and telemetry are the agents'
+business, not this one's.
+
+A leaf~spine link that goes dark (fabric_link_down) does not stop the connections crossing it:
+the leaves keep hashing some of their packets onto it until their routing converges, and RDMA
+recovers those with go-back-N retransmissions after timeouts. The connections crawl at
+``DOWN_SHARE`` of their speed until the job is rerouted.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import dataclass
 from producers.simulator.cluster import GPUS_PER_NODE, Cluster, Comm, PlacedJob
 from producers.simulator.scenario import (
     FabricLinkDegraded,
+    FabricLinkDown,
     GpuStop,
     LinkDown,
     NodeDown,
@@ -25,6 +32,7 @@ from producers.simulator.scenario import (
 )
 
 NS_PER_S = 1_000_000_000
+DOWN_SHARE = 0.2  # what a connection over a dark fabric link still gets of its speed
 
 
 def at_ns(scenario: Scenario, seconds: float) -> int:
@@ -118,6 +126,9 @@ def job_effects(cluster: Cluster, scenario: Scenario, job: PlacedJob) -> JobEffe
                 port_windows.setdefault(f"{fault.node}/{fault.port}", []).append(window)
             else:
                 link_windows.setdefault(fault.link, []).append(window)
+        elif isinstance(fault, FabricLinkDown):
+            window = Window(onset, None, DOWN_SHARE)
+            link_windows.setdefault(fault.link, []).append(window)
     bandwidth = {
         comm.id: _bandwidth(comm, scenario.start_ns, port_windows, link_windows)
         for comm in job.comms

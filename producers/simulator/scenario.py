@@ -135,8 +135,22 @@ class FabricLinkDegraded(_Transient):
     factor: float = Field(gt=0, lt=1)
 
 
+class FabricLinkDown(_Fault):
+    """A leaf~spine link goes dark: every connection crossing it crawls (see `effects`)."""
+
+    type: Literal["fabric_link_down"]
+    link: Name
+
+
 Fault = Annotated[
-    SlowGpu | GpuStop | ProcessStuck | NodeDown | PortDegraded | LinkDown | FabricLinkDegraded,
+    SlowGpu
+    | GpuStop
+    | ProcessStuck
+    | NodeDown
+    | PortDegraded
+    | LinkDown
+    | FabricLinkDegraded
+    | FabricLinkDown,
     Field(discriminator="type"),
 ]
 RankFault = SlowGpu | GpuStop | ProcessStuck
@@ -148,6 +162,7 @@ FAULT_TYPES: tuple[str, ...] = (
     "port_degraded",
     "link_down",
     "fabric_link_degraded",
+    "fabric_link_down",
 )
 
 

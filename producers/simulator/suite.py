@@ -24,6 +24,7 @@ LARGEST_SHARE = 0.04  # cases whose main job has the largest size (they cost the
 BLIP_SHARE = 0.25  # cases with isolated symbol errors on healthy ports (real cables have them)
 ROUTES = True  # the suite's fabric publishes its paths (a C4P-planned cluster)
 MAX_TRIES = 50
+FABRIC_FAULTS = ("fabric_link_degraded", "fabric_link_down")
 JOB_FAULTS = ("slow_gpu", "gpu_stop", "process_stuck", "node_down", "port_degraded", "link_down")
 
 
@@ -134,7 +135,7 @@ def _single(draw: _Draw, name: str, index: int, kind: str, allow_largest: bool) 
     duration = onset + rng.uniform(35, 40 if allow_largest else 50)
     for _ in range(MAX_TRIES):
         case = _base(draw, name, index, duration)
-        if kind == "fabric_link_degraded":
+        if kind in FABRIC_FAULTS:
             count = rng.choice((1, 2, 3))
             jobs = [draw.job(f"job-{j + 1}", draw.size(False, 64)) for j in range(count)]
         else:
@@ -206,7 +207,9 @@ def _fault(
         link = _shared_link(cluster, rng)
         if link is None:
             return None
-        fault |= {"link": link, "factor": round(rng.uniform(0.3, 0.7), 3)}
+        fault["link"] = link
+        if kind == "fabric_link_degraded":
+            fault["factor"] = round(rng.uniform(0.3, 0.7), 3)
     return fault
 
 

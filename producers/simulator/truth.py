@@ -10,6 +10,7 @@ from producers.simulator.cluster import Cluster, build_cluster
 from producers.simulator.effects import at_ns
 from producers.simulator.scenario import (
     FabricLinkDegraded,
+    FabricLinkDown,
     GpuStop,
     LinkDown,
     NodeDown,
@@ -29,6 +30,9 @@ CLASSES: dict[str, tuple[str, ...]] = {
     "port_degraded": ("comm_slow", "link_degraded"),
     "link_down": ("link_down", "comm_hang"),
     "fabric_link_degraded": ("link_degraded", "comm_slow"),
+    # Without switch telemetry C4D sees a dark link as the slowest of degraded links: the
+    # connections over it crawl (producers.simulator.effects), they do not stop.
+    "fabric_link_down": ("link_down", "link_degraded"),
 }
 
 
@@ -93,7 +97,7 @@ def ground_truth(
             job = port_job.get(port)
             suspect = ("port", port)
         else:
-            assert isinstance(fault, FabricLinkDegraded)  # noqa: S101 - the union's last member
+            assert isinstance(fault, FabricLinkDegraded | FabricLinkDown)  # noqa: S101 - the rest
             job = None
             suspect = ("link", fault.link)
         found.append(

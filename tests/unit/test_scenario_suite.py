@@ -22,5 +22,6 @@ def test_reduced_suite_meets_every_target() -> None:
         "port_degraded",
         "link_down",
         "fabric_link_degraded",
+        "fabric_link_down",
     }
     assert missed_targets(summary) == []

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from statistics import median
 
-from producers.simulator import scenario_from
+import pytest
+
+from producers.simulator import ScenarioError, ground_truth, scenario_from
 from producers.simulator.cluster import build_cluster
 from schemas.messages import Collective, Gpu, Link
 from tests.unit.test_simulator import T0, S, case, collectives, durations, run
@@ -189,6 +191,41 @@ def test_fabric_link_degraded_slows_the_jobs_crossing_it() -> None:
         if isinstance(m, Link) and m.ts_ns > T0 + 12 * S
     ]
     assert max(receivers) > 0  # lost packets show up at the receiving NICs
+
+
+def test_fabric_link_down_makes_the_connections_over_it_crawl() -> None:
+    document = case()
+    document["fabric"] = {"nodes_per_leaf": 2, "spines": 2}
+    cluster = build_cluster(None, scenario_from(document))
+    crossing = {
+        job.spec.id: {link for comm in job.comms for conn in comm.ring or () for link in conn.links}
+        for job in cluster.jobs
+    }
+    link = sorted(crossing["job-1"] - crossing["job-2"])[0]
+    document["faults"] = [{"type": "fabric_link_down", "link": link, "at_s": 10}]
+    scenario, messages = run(document)
+    truth = ground_truth(None, scenario)
+
+    def slowdown(job: str, size: int) -> float:
+        shortest = {seq: min(d.values()) for seq, d in durations(messages, job, size).items()}
+        seqs = sorted(shortest)
+        early, late = seqs[3 : len(seqs) // 4], seqs[-15:-2]
+        return median(shortest[s] for s in late) / median(shortest[s] for s in early)
+
+    # A dark link slows its connections more than any degraded one above: they crawl.
+    assert slowdown("job-1", 32) > 3
+    assert slowdown("job-2", 16) < 1.2
+    assert [(t.type, t.suspect_type, t.suspect_id) for t in truth] == [
+        ("fabric_link_down", "link", link)
+    ]
+    assert truth[0].classes == ("link_down", "link_degraded")
+
+
+def test_fabric_link_down_names_a_known_link() -> None:
+    document = case()
+    document["faults"] = [{"type": "fabric_link_down", "link": "leaf-0a~spine-x", "at_s": 1}]
+    with pytest.raises(ScenarioError, match=r"faults\[0\]\.link: unknown fabric link"):
+        build_cluster(None, scenario_from(document))
 
 
 def test_checkpoint_pauses_every_rank_and_heartbeats_continue() -> None:
