@@ -113,7 +113,10 @@ class TorchInstrumentation:
         self._unfinished: list[tuple[Any, list[object]]] = []  # Works without a future
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._blind: list[list[list[object]]] = []
         self.sink_errors = 0
+        self.hook_errors = 0
+        self._hook_errors_reported = False
         self._thread = threading.Thread(target=self._loop, name="c4-instrumentation", daemon=True)
 
     def start(self) -> TorchInstrumentation:
@@ -146,6 +149,18 @@ class TorchInstrumentation:
         group.register_pre_hook(HOOK_ID, pre)
         group.register_post_hook(HOOK_ID, post)
 
+    def detach(self) -> None:
+        """Unregister the hooks from every process group (``attach`` may add them again)."""
+        with self._lock:
+            groups = list(self._attached.values())
+            self._attached.clear()
+        for group in groups:
+            try:
+                group.unregister_pre_hook(HOOK_ID)
+                group.unregister_post_hook(HOOK_ID)
+            except RuntimeError:
+                pass  # the group was destroyed already
+
     def _hooks(
         self, name: str, log: CommLog, members: list[int], me: int
     ) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
@@ -154,35 +169,45 @@ class TorchInstrumentation:
         pairs: dict[int, CommLog] = {}
         unfinished = self._unfinished
         blind: list[list[object]] = []  # records whose Work has no future (gloo reduce_scatter)
+        self._blind.append(blind)
 
         def pre(args: Any) -> None:
-            op = ops.get(args.name)
-            if op is None:
-                return
-            if blind:  # the rank went on to its next operation: those finished by now
-                now = clock()
-                for earlier in blind:
-                    if earlier[END] is None:
-                        earlier[END] = now
-                blind.clear()
-            target = log
-            if op == "send" or op == "recv":
-                peer = members[args.root]
-                target = pairs.get(peer) or _pair(recorder, pairs, name, me, peer)
-            nbytes = 0
-            for tensor in args.input_tensors or args.output_tensors:
-                nbytes += tensor.nbytes
-            pending[args.op_id] = target.enter(op, nbytes, clock())
+            try:
+                op = ops.get(args.name)
+                if op is None:
+                    return
+                if blind:  # the rank went on to its next operation: those finished by now
+                    now = clock()
+                    for earlier in blind:
+                        if earlier[END] is None:
+                            earlier[END] = now
+                    blind.clear()
+                target = log
+                if op == "send" or op == "recv":
+                    peer = members[args.root]
+                    target = pairs.get(peer) or _pair(recorder, pairs, name, me, peer)
+                nbytes = 0
+                for tensor in args.input_tensors or args.output_tensors:
+                    nbytes += tensor.nbytes
+                pending[args.op_id] = target.enter(op, nbytes, clock())
+            except Exception:  # noqa: BLE001 -- a hook must never break the training step
+                self.hook_errors += 1
 
         def post(args: Any) -> None:
-            record = pending.pop(args.op_id, None)
-            if record is None:
-                return
             try:
-                args.work.get_future().add_done_callback(functools.partial(_finished, record))
-            except RuntimeError:
-                unfinished.append((args.work, record))
-                blind.append(record)
+                record = pending.pop(args.op_id, None)
+                if record is None:
+                    return
+                work = args.work
+                try:
+                    future = work.get_future()
+                except RuntimeError:  # this Work has no future: poll it, bound its end
+                    unfinished.append((work, record))
+                    blind.append(record)
+                    return
+                future.add_done_callback(functools.partial(_finished, record))
+            except Exception:  # noqa: BLE001 -- a hook must never break the training step
+                self.hook_errors += 1
 
         return pre, post
 
@@ -206,6 +231,9 @@ class TorchInstrumentation:
             self.sink_errors += 1
             if self.sink_errors == 1:
                 print(f"c4 instrumentation: sink failed: {error}", file=sys.stderr)
+        if self.hook_errors and not self._hook_errors_reported:
+            self._hook_errors_reported = True
+            print(f"c4 instrumentation: {self.hook_errors} hook errors", file=sys.stderr)
         return len(messages)
 
     def _loop(self) -> None:
@@ -213,12 +241,19 @@ class TorchInstrumentation:
             self.flush()
 
     def close(self) -> None:
-        """Stop batching, send what is left, stop watching new groups."""
+        """Remove the hooks, stop batching, send what is left."""
+        self.detach()
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
         if self.attach in _GROUP_WATCHERS:
             _GROUP_WATCHERS.remove(self.attach)
+        now = time.time_ns()  # the training returned from every call: its operations ended
+        for blind in self._blind:
+            for record in blind:
+                if record[END] is None:
+                    record[END] = now
+            blind.clear()
         self.flush()
         close = getattr(self._sink, "close", None)
         if callable(close):

@@ -1,0 +1,242 @@
+"""Node agent cost: CPU per second at 8 GPUs x 300 ops/s, and torch overhead per operation.
+
+1. Agent CPU: eight training processes' batching threads (simulated in one thread here,
+   300 ops/s each, flushed once a second to the handoff folder) and the node agent tailing
+   that folder plus the sysfs counters of 8 NIC ports and publishing everything to the
+   local Kafka broker (unique topic prefix). Reported: the agent's CPU seconds per wall
+   second (its own thread and librdkafka's), and the batching CPU per training process.
+2. Training-thread overhead: a one-process gloo group; batches of small allreduces with and
+   without the instrumentation's hooks, interleaved; the median difference is what the
+   hooks add to the training thread.
+
+    python bench/bench_agent.py [--seconds 5] [--repeats 3] [--ops 5000] [--pairs 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from producers.agent import Agent  # noqa: E402
+from producers.handoff import FolderSink, HandoffSource  # noqa: E402
+from producers.oplog import END, OpRecorder  # noqa: E402
+from producers.publisher import Publisher  # noqa: E402
+from producers.spool import DiskSpool  # noqa: E402
+from producers.sysfs import SysfsSource  # noqa: E402
+
+GPUS = 8
+OPS_PER_S = 300
+TARGET_US_PER_OP = 5.0
+RESULTS = Path(__file__).resolve().parent / "results" / "agent.txt"
+
+
+def _process_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _sysfs_tree(root: Path) -> None:
+    for index in range(GPUS):
+        base = root / "class" / "infiniband" / f"mlx5_{index}" / "ports" / "1"
+        for folder, names in (
+            (
+                "counters",
+                (
+                    "port_xmit_data",
+                    "port_rcv_data",
+                    "port_xmit_packets",
+                    "port_rcv_packets",
+                    "port_xmit_wait",
+                    "symbol_error",
+                    "link_downed",
+                    "port_rcv_errors",
+                ),
+            ),
+            (
+                "hw_counters",
+                ("out_of_sequence", "np_cnp_sent", "rp_cnp_handled", "local_ack_timeout_err"),
+            ),
+        ):
+            (base / folder).mkdir(parents=True, exist_ok=True)
+            for name in names:
+                (base / folder / name).write_text("123456789\n")
+        (base / "state").write_text("4: ACTIVE\n")
+        (base / "rate").write_text("400 Gb/sec (4X NDR)\n")
+
+
+def agent_round(seconds: float, bootstrap: str) -> tuple[float, float, int]:
+    """(agent CPU s per s, batching CPU s per s per process, messages published)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        _sysfs_tree(root / "sys")
+        recorders = [OpRecorder("job-bench", "node-000", gpu) for gpu in range(GPUS)]
+        logs = [r.comm("0", 64, gpu, gpu) for gpu, r in enumerate(recorders)]
+        sinks = [FolderSink(root / "handoff", f"rank{gpu}") for gpu in range(GPUS)]
+        stop = threading.Event()
+        batching_cpu = {"s": 0.0, "feeder": 0.0}
+
+        def training_side() -> None:
+            seq_ns = 1_000_000_000 // OPS_PER_S
+            while not stop.wait(1.0):
+                began = time.thread_time()
+                now = time.time_ns()
+                for log in logs:  # what the training threads recorded during the second
+                    for index in range(OPS_PER_S):
+                        log.enter("allreduce", 1 << 20, now + index * seq_ns)[END] = now + 1
+                started = time.thread_time()
+                for recorder, sink in zip(recorders, sinks, strict=True):
+                    sink(recorder.messages(time.time_ns()))
+                batching_cpu["s"] += time.thread_time() - started
+                batching_cpu["feeder"] += time.thread_time() - began
+
+        publisher = Publisher(
+            {"bootstrap.servers": bootstrap},
+            f"bench-{uuid.uuid4().hex[:8]}.",
+            DiskSpool(root / "spool"),
+        )
+        agent = Agent(
+            [HandoffSource(root / "handoff"), SysfsSource("node-000", root / "sys")],
+            publisher.publish,
+            lambda line: print(line, file=sys.stderr),
+        )
+        feeder = threading.Thread(target=training_side)
+        feeder.start()
+        cpu0, wall0 = _process_cpu(), time.monotonic()
+        while time.monotonic() - wall0 < seconds:
+            wait = agent.step()
+            publisher.service()
+            time.sleep(min(wait, 0.05))
+        stop.set()
+        feeder.join()
+        wall = time.monotonic() - wall0
+        # The feeder's own CPU (recording and batching, the training processes') is not the
+        # agent's.
+        agent_cpu = _process_cpu() - cpu0 - batching_cpu["feeder"]
+        left = publisher.close(30)
+        if left:
+            print(f"warning: {left} messages not delivered", file=sys.stderr)
+        for sink in sinks:
+            sink.close()
+        return (
+            agent_cpu / wall,
+            batching_cpu["s"] / wall / GPUS,
+            agent.counts.messages,
+        )
+
+
+TORCH_WORKER = """
+import os, sys, time, statistics
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+import torch, torch.distributed as dist
+from producers.torch_hooks import instrument
+ops, pairs = int(sys.argv[2]), int(sys.argv[3])
+dist.init_process_group("gloo", rank=0, world_size=1)
+group = dist.distributed_c10d._get_default_group()
+tensor = torch.ones(16)
+def per_op():
+    started = time.perf_counter_ns()
+    for _ in range(ops):
+        dist.all_reduce(tensor)
+    return (time.perf_counter_ns() - started) / ops / 1000
+for _ in range(2000):
+    dist.all_reduce(tensor)  # warm up
+received = []
+instrumentation = instrument("bench", received.extend, interval_s=0.5)
+log = instrumentation.recorder.comm("0", 1, 0, 0)
+pre_only, _ = instrumentation._hooks("0", log, [0], 0)
+plain, hooked, recording = [], [], []
+for _ in range(pairs):  # interleaved, so drifts of the machine hit all alike
+    instrumentation.detach()
+    plain.append(per_op())
+    group.register_pre_hook(0xC4, pre_only)  # enter records only, no completion callback
+    recording.append(per_op())
+    group.unregister_pre_hook(0xC4)
+    instrumentation.attach(group)
+    hooked.append(per_op())
+instrumentation.close()
+recorded = sum(len(m.ops) for m in received)
+added = statistics.median(h - p for h, p in zip(hooked, plain))
+enter = statistics.median(r - p for r, p in zip(recording, plain))
+plain, hooked = statistics.median(plain), statistics.median(hooked)
+print(f"{plain:.3f} {hooked:.3f} {added:.3f} {enter:.3f} {recorded}")
+dist.destroy_process_group()
+"""
+
+
+def torch_overhead(ops: int, pairs: int) -> tuple[float, float, float, float, int]:
+    """µs per allreduce (1-process gloo): plain, hooked, added, added by the enter record;
+    ops recorded."""
+    import subprocess
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONWARNINGS": "ignore"}
+    result = subprocess.run(  # noqa: S603 -- our own worker script, this interpreter
+        [sys.executable, "-c", TORCH_WORKER, str(port), str(ops), str(pairs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=600,
+        check=True,
+    )
+    plain, hooked, added, enter, recorded = result.stdout.split()
+    return float(plain), float(hooked), float(added), float(enter), int(recorded)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ops", type=int, default=5_000, help="allreduces per timed batch")
+    parser.add_argument("--pairs", type=int, default=15, help="plain/hooked batch pairs")
+    parser.add_argument(
+        "--bootstrap", default=os.environ.get("C4_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    )
+    args = parser.parse_args()
+
+    rounds = [agent_round(args.seconds, args.bootstrap) for _ in range(args.repeats)]
+    agent_cpu = statistics.median(r[0] for r in rounds)
+    batching = statistics.median(r[1] for r in rounds)
+    messages = statistics.median(r[2] for r in rounds)
+    plain, hooked, added, enter, recorded = torch_overhead(args.ops, args.pairs)
+
+    lines = [
+        f"node agent, {GPUS} GPUs x {OPS_PER_S} ops/s, {args.seconds:.0f} s per run, "
+        f"median of {args.repeats} runs",
+        f"{'measure':<52}{'median':>12}{'target':>12}",
+        f"{'agent CPU (handoff tail + sysfs + Kafka), s/s':<52}{agent_cpu:>12.4f}{'':>12}",
+        f"{'batching thread CPU per training process, s/s':<52}{batching:>12.5f}{'':>12}",
+        f"{'messages published per run':<52}{messages:>12.0f}{'':>12}",
+        f"{'gloo allreduce (16 floats, 1 rank), µs/op, plain':<52}{plain:>12.2f}{'':>12}",
+        f"{'same with c4 hooks, µs/op':<52}{hooked:>12.2f}{'':>12}",
+        f"{'added on the training thread, µs/op (median of pairs)':<52}{added:>12.2f}"
+        f"{TARGET_US_PER_OP:>12.1f}",
+        f"{'  of which the enter record (pre-hook), µs/op':<52}{enter:>12.2f}{'':>12}",
+        f"{'  of which the completion callback, µs/op':<52}{added - enter:>12.2f}{'':>12}",
+        f"{'ops recorded during the hooked runs':<52}{recorded:>12d}{'':>12}",
+        f"target {TARGET_US_PER_OP} µs/op added: {'met' if added < TARGET_US_PER_OP else 'NOT met'}"
+        f" (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)",
+    ]
+    table = "\n".join(lines)
+    print(table)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(table + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
