@@ -27,6 +27,7 @@ from pydantic import (
 
 from actions import ActionsError
 from schemas.messages import DiagnosisClass
+from topology.ecmp import HASH_MODELS
 
 NAME = r"^[A-Za-z0-9_.-]{1,64}$"
 
@@ -67,8 +68,8 @@ def _default_classes() -> dict[DiagnosisClass, tuple[str, ...]]:
         "comm_hang": ("alert",),
         "noncomm_slow": ("alert",),
         "comm_slow": ("alert",),
-        "link_down": ("alert",),
-        "link_degraded": ("alert",),
+        "link_down": ("reroute", "alert"),
+        "link_degraded": ("reroute", "alert"),
     }
     return classes
 
@@ -150,6 +151,26 @@ class Launcher(_Frozen):
     command_timeout_s: float = Field(default=60.0, gt=0)
 
 
+class RerouteSettings(_Frozen):
+    """How the reroute action replans (see `actions.planner.choice`)."""
+
+    # incremental: only the flows that crossed the failed link move; best: a few more may
+    # move when that lowers max_util.
+    mode: Literal["incremental", "best"] = "incremental"
+    # The switches' ECMP hash: each planned path then carries the UDP source port (``sport``)
+    # that makes the hash choose its spine. None: paths name the spine only.
+    hash: str | None = None
+    seed: int = Field(default=0, ge=0)
+
+    @field_validator("hash")
+    @classmethod
+    def _known_hash(cls, value: str | None) -> str | None:
+        if value is not None and value not in HASH_MODELS:
+            message = f"unknown hash model {value!r} (known: {', '.join(HASH_MODELS)})"
+            raise ValueError(message)
+        return value
+
+
 class WorkerConfig(_Frozen):
     """Everything ``c4 actions worker`` reads from its configuration file."""
 
@@ -157,6 +178,7 @@ class WorkerConfig(_Frozen):
     retry: Backoff = Backoff()
     launcher: Launcher = Launcher()
     receivers: tuple[Receiver, ...] = ()
+    reroute: RerouteSettings = RerouteSettings()
     # A worker that stops renewing its claim on a diagnosis loses it after this long.
     claim_lease_s: float = Field(default=30.0, gt=0)
     # How long a handled diagnosis id is remembered for deduplication.

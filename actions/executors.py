@@ -50,6 +50,9 @@ class Executor(abc.ABC):
     """One action: execute a step and say what came of it."""
 
     name: ClassVar[str]
+    # Whether the action also runs when its diagnosis resolves, to undo what it did (reroute
+    # gives the link back); the others act on firing diagnoses only.
+    undoes: ClassVar[bool] = False
 
     @abc.abstractmethod
     def execute(self, step: Step, context: Context) -> Result:

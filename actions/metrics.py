@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from schemas.messages import Action
 
@@ -40,6 +40,16 @@ class ActionMetrics:
             "c4_action_deadletters",
             "Dead letters published, by source (diagnosis, job, webhook)",
             ["source"],
+            registry=self.registry,
+        )
+        self.routes = Counter(
+            "c4_action_routes",
+            "Route messages published on c4.route.v1 by the reroute action",
+            registry=self.registry,
+        )
+        self.plan_max_util = Gauge(
+            "c4_action_plan_max_util",
+            "max_util of the last plan this worker put in force",
             registry=self.registry,
         )
         self.processing = Histogram(

@@ -42,6 +42,10 @@ class Reason(StrEnum):
     LAUNCHER_UNAVAILABLE = "launcher_unavailable"
     RECEIVER_REJECTED = "receiver_rejected"
     RECEIVER_UNAVAILABLE = "receiver_unavailable"
+    STORE_UNAVAILABLE = "store_unavailable"  # the plan store did not answer (retryable)
+    PLAN_CHANGED = "plan_changed"  # another plan came into force meanwhile (retryable)
+    STATE_INVALID = "state_invalid"  # Redis holds a topology, placement or plan that is not valid
+    NO_ROUTE = "no_route"  # the planner could not plan the reroute
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,6 +168,7 @@ class Pipeline:
         self._config = config
         self._actor = actor
         self._dry_run = dry_run
+        self._undoing = frozenset(name for name, e in executors.items() if e.undoes)
         self._clock = clock
         self._sleep = sleep
 
@@ -197,7 +198,7 @@ class Pipeline:
             # Resuming: the plan was decided once; the state has since been changed by it.
             planned = _plan_from_json(stored)
         else:
-            planned = plan(diagnosis, self._view(diagnosis), self._config)
+            planned = plan(diagnosis, self._view(diagnosis), self._config, self._undoing)
             if claim is not None and not self._state.record(claim, PLAN_FIELD, _plan_json(planned)):
                 return Handled((), claim, fenced=True)
         if claim is not None:

@@ -1,14 +1,13 @@
-"""The plan in force and the jobs' placements, kept in Redis for the reroute action.
+"""The plan in force, kept in Redis for the reroute action.
 
-Keys, under a configurable prefix (default ``c4:plan:``):
+Keys, under a configurable prefix (default ``c4:plan:``; the worker uses the cluster state's
+prefix + ``:plan:``):
 - ``<prefix>current``: a hash, the plan in force (``id``, ``plan`` as v1 JSON with each
   path's ``sport``, ``down`` as a JSON list, ``ts_ns``, ``diagnosis``);
-- ``<prefix>history``: a list, the latest plan ids first (the last 100);
-- ``<prefix>jobs``: a hash, job id -> the latest v1 job message (running or restarting);
-- ``<prefix>jobs:ts``: a hash, job id -> that message's ``ts_ns`` (zero-padded), so that an
-  older message arriving late never overwrites a newer one, a stopped job included.
+- ``<prefix>history``: a list, the latest plan ids first (the last 100).
 
-Every change is one Lua script, atomic against other workers. Replacing the plan is a
+The jobs' placements the plans are made from are the cluster state's (`RedisState.jobs`).
+A change is one Lua script, atomic against other workers. Replacing the plan is a
 compare-and-set on the id it was computed from: a worker that replanned from a plan that is
 no longer in force gets `StalePlanError` and replans from the fresh one; saving the same
 plan id twice (a retry) is a no-op.
@@ -26,12 +25,9 @@ from pydantic import ValidationError
 from actions import ActionsError
 from actions.planner.core import plan_from_json, plan_json
 from actions.planner.reroute import CurrentPlan
-from schemas.codec import Rejection, decode, encode
-from schemas.messages import Job
 
 DEFAULT_PREFIX = "c4:plan:"
 HISTORY = 100
-TS_DIGITS = 20  # ts_ns fits 20 digits; equal-length digit strings compare like numbers
 
 _REPLACE = """
 local current = redis.call('HGET', KEYS[1], 'id')
@@ -41,18 +37,6 @@ redis.call('HSET', KEYS[1], 'id', ARGV[1], 'plan', ARGV[3], 'down', ARGV[4],
            'ts_ns', ARGV[5], 'diagnosis', ARGV[6])
 redis.call('LPUSH', KEYS[2], ARGV[1])
 redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[7]) - 1)
-return 1
-"""
-
-_PUT_JOB = """
-local seen = redis.call('HGET', KEYS[2], ARGV[1])
-if seen and seen > ARGV[2] then return 0 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-if ARGV[3] == '' then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-else
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-end
 return 1
 """
 
@@ -77,17 +61,14 @@ class Saved:
 
 
 class PlanStore:
-    """The plan in force and the jobs' placements, under one key prefix of one Redis."""
+    """The plan in force and its history, under one key prefix of one Redis."""
 
     def __init__(self, client: redis.Redis, prefix: str = DEFAULT_PREFIX) -> None:
         self._client = client
         self.prefix = prefix
         self._current = f"{prefix}current"
         self._history = f"{prefix}history"
-        self._jobs = f"{prefix}jobs"
-        self._jobs_ts = f"{prefix}jobs:ts"
         self._replace = client.register_script(_REPLACE)
-        self._put_job = client.register_script(_PUT_JOB)
 
     @classmethod
     def from_url(
@@ -154,30 +135,6 @@ class PlanStore:
         """The ids of the latest plans, newest first."""
         ids = cast("list[bytes]", self._call(self._client.lrange, self._history, 0, -1))
         return [x.decode() for x in ids]
-
-    def put_job(self, job: Job) -> bool:
-        """Record a job's latest placement (a stopped job is forgotten); False when older."""
-        body = b"" if job.state == "stopped" else encode(job)
-        stamp = str(job.ts_ns).zfill(TS_DIGITS)
-        answer = self._call(
-            self._put_job, keys=[self._jobs, self._jobs_ts], args=[job.job, stamp, body]
-        )
-        return bool(answer == 1)
-
-    def jobs(self) -> list[Job]:
-        """The placements of the jobs not stopped, by job id."""
-        raw = cast("dict[bytes, bytes]", self._call(self._client.hgetall, self._jobs))
-        out: list[Job] = []
-        for name, body in sorted(raw.items()):
-            job = decode(body, "job")
-            if isinstance(job, Rejection):
-                message = f"{self._jobs} field {name.decode(errors='replace')}: {job.reason}"
-                raise PlanStoreError(message)
-            if not isinstance(job, Job):
-                message = f"{self._jobs} field {name.decode(errors='replace')}: not a job"
-                raise PlanStoreError(message)
-            out.append(job)
-        return out
 
     def _call(self, command: Any, *args: Any, **kwargs: Any) -> Any:
         try:

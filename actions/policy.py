@@ -3,8 +3,10 @@
 Input: the diagnosis and a `View` of the cluster state (the job's placement, the job's other
 recent suspect nodes, each suspect node's leaves). Output: a `Plan`, the ordered steps
 (isolate per target, restart per job, one alert per matching receiver, any other registered
-action per suspect) and the components to mark ``suspect`` in the state. Some steps come
-already decided (skipped, or failed for an unknown job); the pipeline executes the others.
+action per suspect) and the components to mark ``suspect`` in the state; a resolved
+diagnosis gets its alerts and the steps of the actions that undo (reroute gives its link
+back). Some steps come already decided (skipped, or failed for an unknown job); the pipeline
+executes the others.
 """
 
 from __future__ import annotations
@@ -92,8 +94,14 @@ def shared_switch(nodes: tuple[str, ...], leaves: Mapping[str, tuple[str, ...]])
     return min(counts, key=lambda leaf: (-counts[leaf], leaf))
 
 
-def plan(diagnosis: Diagnosis, view: View, config: WorkerConfig) -> Plan:
-    """The steps for one diagnosis (see the module docstring)."""
+def plan(
+    diagnosis: Diagnosis, view: View, config: WorkerConfig, undoing: frozenset[str] = frozenset()
+) -> Plan:
+    """The steps for one diagnosis (see the module docstring).
+
+    ``undoing`` names the actions that run again when their diagnosis resolves, to undo what
+    they did (one step per confident suspect, as when firing).
+    """
     policy = config.policy
     actions = policy.classes.get(diagnosis.class_, ())
     top = diagnosis.suspects[0] if diagnosis.suspects else None
@@ -103,10 +111,15 @@ def plan(diagnosis: Diagnosis, view: View, config: WorkerConfig) -> Plan:
         verdict = skipped(Reason.NO_POLICY, f"no actions for class {diagnosis.class_}")
         return Plan((Step("alert", subject, "diagnosis", verdict=verdict),))
     conditional = "alert" not in actions
-    if diagnosis.state == "resolved":
-        alerts = () if conditional else _alerts(diagnosis, config.receivers, subject, top_score)
-        return Plan(alerts, clears=True)
     confident = [s for s in diagnosis.suspects if s.score >= policy.min_score]
+    if diagnosis.state == "resolved":
+        undo = tuple(
+            Step(action, s.id, s.type) for action in actions if action in undoing for s in confident
+        )
+        alerts: tuple[Step, ...] = ()
+        if undo or not conditional:
+            alerts = _alerts(diagnosis, config.receivers, subject, top_score, conditional)
+        return Plan((*undo, *alerts), clears=True)
     nodes = suspect_nodes(diagnosis, policy.min_score, view)
     together = set(nodes) | (view.recent_suspects if diagnosis.job else set())
     if diagnosis.job and len(together) > policy.blast_radius:

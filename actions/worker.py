@@ -31,6 +31,8 @@ from actions.executors import (
 from actions.launcher import JobLauncher
 from actions.metrics import ActionMetrics
 from actions.pipeline import Busy, Pipeline
+from actions.plan_store import PlanStore
+from actions.reroute_executor import RerouteExecutor
 from actions.state import StateUnavailable
 from actions.state.store import RedisState
 from actions.transport import KafkaTransport, TransportUnavailable
@@ -71,8 +73,13 @@ class Topics:
         return cls(prefix + DIAGNOSIS.name, prefix + JOB.name)
 
 
-# The actions this worker can take (contract v1 action names); reroute adds its executor here.
-EXECUTORS: tuple[type[Executor], ...] = (IsolateExecutor, RestartExecutor, AlertExecutor)
+# The actions this worker can take (contract v1 action names).
+EXECUTORS: tuple[type[Executor], ...] = (
+    IsolateExecutor,
+    RestartExecutor,
+    AlertExecutor,
+    RerouteExecutor,
+)
 
 
 def build_executors(
@@ -93,10 +100,17 @@ def build_executors(
         transport.flush()
         metrics.deadletters.labels("webhook").inc()
 
+    def plan_saved(max_util: float, routes: int) -> None:
+        metrics.plan_max_util.set(max_util)
+        metrics.routes.inc(routes)
+
+    # The plan in force lives under the cluster state's prefix, beside what it is made from.
+    plans = PlanStore(state.client, f"{state.keys.prefix}:plan:")
     executors: list[Executor] = [
         IsolateExecutor(state, config),
         RestartExecutor(state, config, publish_job, JobLauncher(config.launcher), checkpoint),
         AlertExecutor(config, publish_dead_letter),
+        RerouteExecutor(state, plans, transport.outbox, config.reroute, plan_saved),
     ]
     return {executor.name: executor for executor in executors}
 

@@ -309,3 +309,22 @@ def route_messages(
         Route(v=1, kind="route", node=node, ts_ns=ts_ns, plan=plan, paths=tuple(paths[node]))
         for node in sorted(paths)
     )
+
+
+def node_routes(result: Plan, nodes: Iterable[str], plan: str, ts_ns: int) -> tuple[Route, ...]:
+    """A v1 route for each of ``nodes`` with all of its paths in ``result`` (maybe none).
+
+    A path leaves from its first link, the source port's cable. This tells a node again, from
+    the plan now made, what it was told from a plan that never came into force.
+    """
+    paths: dict[str, list[RoutePath]] = {node: [] for node in sorted(set(nodes))}
+    for path in result.paths:
+        node, _, port = path.links[0].partition("/")
+        if node in paths:
+            paths[node].append(
+                RoutePath(flow=path.flow, port=port, via=path.via, sport=_sport(path))
+            )
+    return tuple(
+        Route(v=1, kind="route", node=node, ts_ns=ts_ns, plan=plan, paths=tuple(hops))
+        for node, hops in paths.items()
+    )

@@ -14,12 +14,15 @@ from typing import Any, ParamSpec, TypeVar
 
 import orjson
 import redis
+from pydantic import ValidationError
 
 from actions.state import StateError, StateUnavailable
 from actions.state import scripts as lua
 from actions.state.keys import KINDS, Keys
+from schemas.codec import Rejection, decode_object
 from schemas.files import Topology
 from schemas.messages import Job, RankPlace
+from topology import TopologyError
 from topology.model import Fabric
 
 P = ParamSpec("P")
@@ -104,6 +107,7 @@ class RedisState:
         self._transition = client.register_script(lua.PRELUDE + lua.TRANSITION)
         self._allocate = client.register_script(lua.PRELUDE + lua.ALLOCATE)
         self._record_job = client.register_script(lua.PRELUDE + lua.RECORD_JOB)
+        self._fabric: tuple[bytes | str, Fabric] | None = None  # the last document read, parsed
 
     @classmethod
     def connect(cls, url: str, password: str | None = None, prefix: str = "c4") -> RedisState:
@@ -161,6 +165,32 @@ class RedisState:
         pipe.set(keys.topology, orjson.dumps(topology.model_dump(by_alias=True)))
         pipe.execute()
         return counts
+
+    @_guarded
+    def fabric(self) -> Fabric | None:
+        """The fabric of the topology last loaded, None when none was; `StateError` if invalid.
+
+        The document is read each time (a reload takes effect at once) and parsed only when
+        it changed.
+        """
+        raw = self.client.get(self.keys.topology)
+        if raw is None:
+            return None
+        if self._fabric is not None and self._fabric[0] == raw:
+            return self._fabric[1]
+        try:
+            topology = decode_object(orjson.loads(raw), "topology")
+            if isinstance(topology, Rejection):
+                raise StateError(topology.reason)
+            if not isinstance(topology, Topology):
+                error = "not a topology document"
+                raise StateError(error)
+            fabric = Fabric.from_topology(topology)
+        except (orjson.JSONDecodeError, StateError, TopologyError) as error:
+            message = f"{self.keys.topology} holds no valid topology: {error}".splitlines()[0]
+            raise StateError(message) from None
+        self._fabric = (raw, fabric)
+        return fabric
 
     @_guarded
     def kind_of(self, ident: str) -> str | None:
@@ -389,14 +419,46 @@ class RedisState:
         """A job's recorded ranks, or None when the job is unknown."""
         if not self.client.exists(self.keys.job(job)):
             return None
-        places: dict[int, RankPlace] = {}
-        for rank, value in self.client.hgetall(self.keys.job_ranks(job)).items():
-            node, gpu, port = _text(value).split("|", 2)
-            number = int(_text(rank))
-            places[number] = RankPlace(
-                rank=number, node=node, gpu=int(gpu) if gpu else None, port=port or None
-            )
-        return places
+        return _places(self.client.hgetall(self.keys.job_ranks(job)))
+
+    @_guarded
+    def jobs(self) -> list[Job]:
+        """Every recorded job that is not stopped, by id, as the v1 job message recorded last.
+
+        Its ranks are the placement in force (a restart's rewrite included). `StateError`
+        when a recorded job is not a valid placement.
+        """
+        names = sorted(_text(raw) for raw in self.client.smembers(self.keys.jobs))
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(self.keys.job(name))
+            pipe.hgetall(self.keys.job_ranks(name))
+        answers = pipe.execute()
+        found: list[Job] = []
+        for i, name in enumerate(names):
+            info = {_text(k): _text(v) for k, v in answers[2 * i].items()}
+            if info.get("state", "stopped") == "stopped":
+                continue
+            try:
+                places = _places(answers[2 * i + 1])
+                found.append(
+                    Job.model_validate(
+                        {
+                            "v": 1,
+                            "kind": "job",
+                            "job": name,
+                            "ts_ns": int(info.get("ts_ns", "")),
+                            "state": info["state"],
+                            "ranks": [places[rank].model_dump() for rank in sorted(places)],
+                            "comms": orjson.loads(info.get("comms", "{}")),
+                        }
+                    )
+                )
+            except (ValueError, KeyError, ValidationError) as error:
+                first = str(error).splitlines()[0] if str(error) else type(error).__name__
+                message = f"{self.keys.job(name)} holds no valid placement: {first}"
+                raise StateError(message) from None
+        return found
 
     @_guarded
     def job_info(self, job: str) -> dict[str, str]:
@@ -535,6 +597,18 @@ class RedisState:
             ],
         )
         return [_text(part) for part in answer]
+
+
+def _places(ranks: dict[Any, Any]) -> dict[int, RankPlace]:
+    """A job's ranks hash (rank -> ``node|gpu|port``) as places."""
+    places: dict[int, RankPlace] = {}
+    for rank, value in ranks.items():
+        node, gpu, port = _text(value).split("|", 2)
+        number = int(_text(rank))
+        places[number] = RankPlace(
+            rank=number, node=node, gpu=int(gpu) if gpu else None, port=port or None
+        )
+    return places
 
 
 def allocation_field(job: str) -> str:

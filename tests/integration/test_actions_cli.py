@@ -105,7 +105,7 @@ def test_worker_rejects_a_bad_configuration_in_one_line(tmp_path: Path) -> None:
     assert started.returncode == 2
     assert started.stderr == (
         f"c4: error: {bad}: policy.classes.node_down: unknown action 'reboot'"
-        " (known: alert, isolate, restart)\n"
+        " (known: alert, isolate, reroute, restart)\n"
     )
     bad.write_text(
         "receivers:\n  - name: x\n    url: http://127.0.0.1:1/\n    secret_env: NOT_SET_X\n"

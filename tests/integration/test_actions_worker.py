@@ -250,13 +250,16 @@ def test_malformed_diagnoses_are_dead_lettered_and_the_worker_goes_on(
         cluster.send("diagnosis", broken)
         good = diagnosis("d-6", None, [("switch", "leaf-1a", 0.9)], cls="link_degraded")
         cluster.send("diagnosis", good, key="fabric")
-        actions = cluster.wait_actions(1)
+        actions = cluster.wait_actions(2)
         letters = wait_for(
             lambda: len(found := cluster.messages("deadletter")) >= 3 and found, what="3 letters"
         )
         assert metrics.diagnoses.labels("rejected")._value.get() == 3
 
-    assert [(a.diagnosis, a.action, a.status) for a in actions] == [("d-6", "alert", "done")]
+    assert [(a.diagnosis, a.action, a.status) for a in actions] == [
+        ("d-6", "reroute", "done"),
+        ("d-6", "alert", "done"),
+    ]
     errors = [decode(value, "deadletter") for value in letters]
     reasons = [d.error for d in errors if isinstance(d, Deadletter)]
     assert reasons[0].startswith("invalid JSON")
@@ -296,15 +299,17 @@ def test_a_resolved_finding_clears_its_suspect_marks_and_resolves_the_alert(
     resolved = {**firing, "state": "resolved", "ts_ns": firing["ts_ns"] + 10**9}
     with worker(cluster, config(receiver)):
         cluster.send("diagnosis", firing, key="fabric")
-        cluster.wait_actions(1)
+        cluster.wait_actions(2)
         link = cluster.state.component("link", "leaf-0a~spine-a-0")
         assert link is not None
         assert (link.state, link.diagnosis) == ("suspect", "d-8")
         cluster.send("diagnosis", resolved, key="fabric")
-        actions = cluster.wait_actions(2)
+        actions = cluster.wait_actions(4)
 
     assert [(a.action, a.detail["state"], a.status) for a in actions] == [
+        ("reroute", "firing", "done"),
         ("alert", "firing", "done"),
+        ("reroute", "resolved", "done"),
         ("alert", "resolved", "done"),
     ]
     link = cluster.state.component("link", "leaf-0a~spine-a-0")

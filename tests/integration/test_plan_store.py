@@ -1,4 +1,4 @@
-"""The plan store against the real Redis: round trips, compare-and-set, job ordering."""
+"""The plan store against the real Redis: round trips, compare-and-set, one-line errors."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import redis
 
 from actions.plan_store import PlanStore, PlanStoreError, StalePlanError, StoreUnavailableError
 from actions.planner.reroute import CurrentPlan, reroute
-from schemas.messages import Job
-from tests.unit.test_reroute import JOBS, TS, diagnosis, make_job
+from tests.unit.test_reroute import JOBS, TS, diagnosis
 from topology.ecmp import hash_model
 from topology.generate import Shape, generate
 from topology.model import Fabric
@@ -67,19 +66,6 @@ def test_replace_is_a_compare_and_set(store: PlanStore, fabric: Fabric) -> None:
     assert store.history() == [second.current.id, first.id]
 
 
-def test_jobs_latest_wins_and_stopped_jobs_are_forgotten(store: PlanStore) -> None:
-    a, b = JOBS
-    assert store.put_job(a) and store.put_job(b)
-    older = make_job("job-a", ["node-000", "node-001"], ts_ns=TS - 1)
-    assert not store.put_job(older)
-    assert store.jobs() == [a, b]
-    stopped = make_job("job-a", ["node-000", "node-001"], state="stopped", ts_ns=TS + 1)
-    assert store.put_job(stopped)
-    assert store.jobs() == [b]
-    assert not store.put_job(a)  # the placement from before the stop arrives late: ignored
-    assert store.jobs() == [b]
-
-
 def test_bad_contents_and_a_dead_redis_are_one_line_errors(
     store: PlanStore, redis_url: str
 ) -> None:
@@ -89,9 +75,6 @@ def test_bad_contents_and_a_dead_redis_are_one_line_errors(
     )
     with pytest.raises(PlanStoreError, match=r"current holds no valid plan: \d+ validation error"):
         store.current()
-    client.hset(f"{store.prefix}jobs", "job-x", b'{"v": 1, "kind": "job"}')
-    with pytest.raises(PlanStoreError, match="jobs field job-x: "):
-        store.jobs()
     client.close()
     dead = PlanStore.from_url("redis://127.0.0.1:1/0", prefix=store.prefix)
     with pytest.raises(StoreUnavailableError, match="redis failed: ") as caught:
@@ -99,9 +82,3 @@ def test_bad_contents_and_a_dead_redis_are_one_line_errors(
     assert "\n" not in str(caught.value)
     dead.close()
 
-
-def test_job_type_round_trip(store: PlanStore) -> None:
-    job = make_job("job-z", ["node-004", "node-006"])
-    store.put_job(job)
-    (back,) = store.jobs()
-    assert isinstance(back, Job) and back == job

@@ -49,6 +49,8 @@ def test_yaml_file_with_receivers_and_secrets(tmp_path: Path) -> None:
         ),
         ({"receivers": [{"name": "a", "url": "http://x/"}] * 2}, "receiver name 'a' is used twice"),
         ({"retries": 3}, "retries: Extra inputs are not permitted"),
+        ({"reroute": {"hash": "md5"}}, "reroute.hash: unknown hash model 'md5' (known: crc32"),
+        ({"reroute": {"mode": "all"}}, "reroute.mode: Input should be 'incremental' or 'best'"),
         (
             {"receivers": [{"name": "a", "url": "http://x/", "secret_env": "NOPE"}]},
             "receivers[0].secret_env: environment variable NOPE is not set",
@@ -66,7 +68,7 @@ def test_unknown_action_in_the_class_map_is_named() -> None:
     config = parse_config({"policy": {"classes": {"node_down": ["isolate", "reboot"]}}}, {})
     with pytest.raises(
         ConfigError,
-        match=r"node_down: unknown action 'reboot' \(known: alert, isolate, restart\)",
+        match=r"node_down: unknown action 'reboot' \(known: alert, isolate, reroute, restart\)",
     ):
         config.check_actions(executor.name for executor in EXECUTORS)
 

@@ -8,7 +8,7 @@ from tests.unit.test_layering import REPO, TRANSPORTS, imported_roots
 
 PURE = ["outcome", "config", "policy", "alertmanager", "webhook", "launcher"]
 # Kafka only in the transport (and the worker loop that holds it); Redis only in actions/state.
-NO_KAFKA = [*PURE, "executors", "pipeline", "metrics"]
+NO_KAFKA = [*PURE, "executors", "reroute_executor", "pipeline", "metrics"]
 NO_REDIS = [*NO_KAFKA, "transport", "worker"]
 
 

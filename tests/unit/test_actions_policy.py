@@ -167,7 +167,10 @@ def test_no_matching_receiver_is_a_recorded_skip() -> None:
         View(),
         configured(receivers=[]),
     )
-    assert summary(planned) == [("alert", "leaf-0a~spine-0", Reason.NO_RECEIVER)]
+    assert summary(planned) == [
+        ("reroute", "leaf-0a~spine-0", None),
+        ("alert", "leaf-0a~spine-0", Reason.NO_RECEIVER),
+    ]
 
 
 def test_classes_without_alert_alert_only_when_something_failed() -> None:
@@ -235,3 +238,22 @@ def test_a_cable_named_as_a_link_is_isolated_as_its_port() -> None:
         ("port", "node-001/mlx5_0:1"),
         ("link", "leaf-0a~spine-a-0"),
     ]
+
+
+def test_a_resolved_diagnosis_runs_the_actions_that_undo() -> None:
+    suspects = [("link", "leaf-0a~spine-0", 0.9), ("port", "node-001/mlx5_0:1", 0.2)]
+    resolved = diagnosis(suspects, "link_down", job=None, state="resolved")
+    config = configured()
+    planned = plan(resolved, View(), config, frozenset({"reroute"}))
+    assert summary(planned) == [
+        ("reroute", "leaf-0a~spine-0", None),
+        ("alert", "leaf-0a~spine-0", None),
+    ]
+    assert planned.clears and not planned.steps[-1].conditional
+    # An action that does not undo gets no step on resolution.
+    assert summary(plan(resolved, View(), config)) == [("alert", "leaf-0a~spine-0", None)]
+    # Without alert in the class, the alert goes only if giving the link back failed.
+    quiet = configured(policy={"classes": {"link_down": ["reroute"]}})
+    steps = plan(resolved, View(), quiet, frozenset({"reroute"})).steps
+    assert [(s.action, s.conditional) for s in steps] == [("reroute", False), ("alert", True)]
+    assert plan(resolved, View(), quiet).steps == ()

@@ -1,0 +1,196 @@
+"""The reroute action: replan the jobs' flows around a diagnosis's link, or back onto it.
+
+One step per link, port or switch suspect of a ``link_down`` / ``link_degraded`` diagnosis:
+1. the diagnosis narrowed to the step's suspect, the fabric of the topology in the cluster
+   state, the running jobs' placements (the cluster state's) and the plan in force go into
+   `actions.planner.reroute.reroute` (pure);
+2. the nodes about to be told are recorded in the diagnosis's claim, then one
+   ``c4.route.v1`` message per node is published, keyed by node, and delivered;
+3. only then is the new plan saved: a compare-and-set on the id of the plan it was made from.
+
+Publishing before saving means a failed save is retried by publishing again. After a Redis
+outage the same plan (same id, same paths) is published again; after another worker put a
+plan in force meanwhile (``plan_changed``) the flows are replanned from that one, and every
+node told on an earlier try is told again from the new plan, so that no node is left on the
+paths of a plan that never came into force. A resolved diagnosis gives its links back: they
+are usable again and the plan in force says so (with the default incremental mode no flow
+moves back onto them; with ``best`` flows move when that lowers ``max_util``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import orjson
+
+from actions.config import RerouteSettings
+from actions.executors import Context, Executor
+from actions.outcome import Reason, Result, done, failed, skipped
+from actions.plan_store import PlanStoreError, Saved, StalePlanError, StoreUnavailableError
+from actions.planner.reroute import (
+    LINK_SUSPECTS,
+    REROUTE_CLASSES,
+    CurrentPlan,
+    RerouteError,
+    failed_links,
+    node_routes,
+    reroute,
+)
+from actions.policy import Step
+from actions.state import StateError
+from actions.state.store import Claim
+from schemas.base import C4Model
+from schemas.messages import Job
+from topology.ecmp import hash_model
+from topology.model import Fabric
+
+PlanSaved = Callable[[float, int], None]  # the new plan's max_util, route messages published
+
+
+class RerouteState(Protocol):
+    """What the reroute reads and writes in the cluster state (`RedisState` has it all)."""
+
+    def fabric(self) -> Fabric | None:
+        """The fabric of the topology loaded; None when none was."""
+
+    def jobs(self) -> list[Job]:
+        """The placements of the jobs not stopped."""
+
+    def records(self, claim: Claim) -> dict[str, str]:
+        """The fields of a diagnosis's claim."""
+
+    def record(self, claim: Claim, field: str, value: str) -> bool:
+        """Write one field of the claim; False when another worker took it over."""
+
+
+class Plans(Protocol):
+    """The plan in force (`actions.plan_store.PlanStore`)."""
+
+    def current(self) -> CurrentPlan | None:
+        """The plan in force, None when there is none."""
+
+    def replace(self, new: CurrentPlan, expected: str | None) -> Saved:
+        """Put ``new`` in force if ``expected`` still is; `StalePlanError` otherwise."""
+
+
+class Publisher(Protocol):
+    """Where route messages go (`actions.transport.Outbox`)."""
+
+    def publish(self, message: C4Model, key: str | None = None) -> None:
+        """Queue one v1 message on its topic."""
+
+    def flush(self) -> None:
+        """Wait until every queued message is delivered."""
+
+
+def told_field(target: str) -> str:
+    """The claim field listing the nodes a reroute step has published routes to."""
+    return f"reroute:{target}:nodes"
+
+
+class RerouteExecutor(Executor):
+    """Replan around (or back onto) one link suspect; publish the routes; save the plan."""
+
+    name = "reroute"
+    undoes = True
+
+    def __init__(
+        self,
+        state: RerouteState,
+        plans: Plans,
+        outbox: Publisher,
+        settings: RerouteSettings | None = None,
+        saved: PlanSaved = lambda max_util, routes: None,
+    ) -> None:
+        self._state = state
+        self._plans = plans
+        self._outbox = outbox
+        chosen = settings or RerouteSettings()
+        self._mode = chosen.mode
+        self._hash = hash_model(chosen.hash, chosen.seed) if chosen.hash else None
+        self._saved = saved
+
+    def execute(self, step: Step, context: Context) -> Result:
+        diagnosis = context.diagnosis
+        if diagnosis.class_ not in REROUTE_CLASSES:
+            message = f"{diagnosis.class_} is not a link finding: nothing to route around"
+            return skipped(Reason.NO_TARGET, message)
+        suspect = next(
+            (s for s in diagnosis.suspects if (s.type, s.id) == (step.kind, step.target)), None
+        )
+        if suspect is None or suspect.type not in LINK_SUSPECTS:
+            message = f"{step.kind} {step.target} is not a link, port or switch"
+            return skipped(Reason.NO_TARGET, message)
+        narrowed = diagnosis.model_copy(update={"suspects": (suspect,)})
+        try:
+            fabric = self._state.fabric()
+            jobs = self._state.jobs()
+        except StateError as error:
+            return failed(Reason.STATE_INVALID, str(error))
+        if fabric is None:
+            message = "no topology in the cluster state (c4 state load --topology T)"
+            return failed(Reason.UNKNOWN_TARGET, message)
+        try:
+            failed_links(fabric, narrowed)
+        except RerouteError as error:
+            return failed(Reason.UNKNOWN_TARGET, str(error))
+        try:
+            current = self._plans.current()
+        except StoreUnavailableError as error:
+            return failed(Reason.STORE_UNAVAILABLE, str(error), retryable=True)
+        except PlanStoreError as error:
+            return failed(Reason.STATE_INVALID, str(error))
+        try:
+            result = reroute(
+                fabric, jobs, current, narrowed, context.now_ns, self._hash, self._mode
+            )
+        except RerouteError as error:
+            return failed(Reason.NO_ROUTE, str(error))
+        new = result.current
+        field = told_field(step.target)
+        told = self._told(context.claim, field)
+        routes = result.routes + node_routes(
+            new.plan, told - {route.node for route in result.routes}, new.id, context.now_ns
+        )
+        nodes = told | {route.node for route in routes}
+        if nodes != told and not self._state.record(
+            context.claim, field, orjson.dumps(sorted(nodes)).decode()
+        ):
+            return failed(Reason.FENCED, "another worker took this diagnosis over")
+        for route in routes:
+            self._outbox.publish(route, key=route.node)
+        self._outbox.flush()  # TransportUnavailable: the worker handles the record again
+        previous = current.id if current is not None else None
+        try:
+            self._plans.replace(new, previous)
+        except StalePlanError as error:
+            message = f"{error}: replanning from the plan now in force"
+            return failed(Reason.PLAN_CHANGED, message, retryable=True)
+        except StoreUnavailableError as error:
+            return failed(Reason.STORE_UNAVAILABLE, str(error), retryable=True)
+        self._saved(new.plan.max_util, len(routes))
+        return done(
+            plan=new.id,
+            previous=previous,
+            strategy=result.strategy,
+            down=list(new.down),
+            moved=len(result.moved),
+            routes=len(routes),
+            before_max_util=result.before_max_util,
+            after_max_util=result.after_max_util,
+            bound=result.bound,
+            failed_over=len(result.failed_over),
+            stranded=list(result.stranded),
+            skipped_hops=len(result.skipped),
+        )
+
+    def _told(self, claim: Claim, field: str) -> set[str]:
+        raw = self._state.records(claim).get(field)
+        if raw is None:
+            return set()
+        try:
+            nodes = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return set()  # written only by this executor: unreadable means nothing to add
+        return {str(node) for node in nodes} if isinstance(nodes, list) else set()

@@ -1,0 +1,193 @@
+"""The reroute action in the worker against real Kafka and real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer
+
+from actions.plan_store import PlanStore
+from actions.state import StateError
+from schemas.codec import decode
+from schemas.messages import Action, Job, Route
+from tests.integration.actions_harness import (
+    Cluster,
+    HttpReceiver,
+    config,
+    diagnosis,
+    job_message,
+    wait_for,
+    worker,
+)
+
+pytestmark = pytest.mark.integration
+
+# Leaves alternate around the ring: the hops node-000 -> node-008, node-001 -> node-009 and
+# node-002 -> node-010 leave leaf-0a over its two plane-a uplinks (and three come back).
+RING = ["node-000", "node-008", "node-001", "node-009", "node-002", "node-010"]
+UNUSED = "leaf-0b~spine-b-0"  # plane b: the job's ports (mlx5_0:1) are all on plane a
+USED = "leaf-0a~spine-a-0"
+OTHER = "leaf-0a~spine-a-1"  # leaf-0a's other plane-a uplink
+
+
+@pytest.fixture
+def cluster(kafka_bootstrap: str, redis_url: str, unique: str) -> Iterator[Cluster]:
+    made = Cluster(kafka_bootstrap, redis_url, unique)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[HttpReceiver]:
+    server = HttpReceiver()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+class Routes:
+    """The route topic with its keys, read incrementally."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "group.id": f"routes-{cluster.unique}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        self._consumer.subscribe([cluster.topic("route")])
+        self.seen: list[tuple[str, Route]] = []
+
+    def read(self) -> list[tuple[str, Route]]:
+        while (record := self._consumer.poll(0.3)) is not None:
+            if record.error() is None:
+                route = decode(record.value() or b"", "route")
+                assert isinstance(route, Route), route
+                self.seen.append(((record.key() or b"").decode(), route))
+        return list(self.seen)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def reroutes(actions: list[Action], ident: str, state: str = "firing") -> list[Action]:
+    return [
+        a
+        for a in actions
+        if a.action == "reroute" and a.diagnosis == ident and a.detail["state"] == state
+    ]
+
+
+def test_link_down_reroutes_once_publishes_routes_per_node_and_gives_the_link_back(
+    cluster: Cluster, receiver: HttpReceiver
+) -> None:
+    plans = PlanStore(cluster.state.client, f"{cluster.key_prefix}:plan:")
+    routes = Routes(cluster)
+    first = diagnosis("d-0", None, [("link", UNUSED, 0.9)], cls="link_down")
+    down = diagnosis("d-1", None, [("link", USED, 0.95)], cls="link_down")
+    back = {**down, "state": "resolved", "ts_ns": down["ts_ns"] + 10**9}
+    later = diagnosis("d-2", None, [("link", OTHER, 0.95)], cls="link_down")
+    try:
+        with worker(cluster, config(receiver)):
+            cluster.job("job-r", RING)
+            # The first reroute finds no plan in force (the fabric ran ECMP): it plans every
+            # flow and tells every sending node.
+            cluster.send("diagnosis", first, key="fabric")
+            initial = reroutes(cluster.wait_actions(2), "d-0")
+            cluster.send("diagnosis", down, key="fabric")
+            cluster.send("diagnosis", down, key="fabric")  # delivered twice: one reroute
+            cluster.send("diagnosis", back, key="fabric")
+            actions = cluster.wait_actions(6)
+            wait_for(lambda: len(routes.read()) >= 6, what="the first plan's routes")
+            current = plans.current()
+            # With the link back, losing leaf-0a's other uplink moves every flow onto it.
+            cluster.send("diagnosis", later, key="fabric")
+            (last,) = reroutes(cluster.wait_actions(8), "d-2")
+        published = routes.read()
+    finally:
+        routes.close()
+
+    assert [(a.diagnosis, a.action, a.status, a.detail["state"]) for a in actions] == [
+        ("d-0", "reroute", "done", "firing"),
+        ("d-0", "alert", "done", "firing"),
+        ("d-1", "reroute", "done", "firing"),
+        ("d-1", "alert", "done", "firing"),
+        ("d-1", "reroute", "done", "resolved"),
+        ("d-1", "alert", "done", "resolved"),
+    ]
+    assert last.status == "done" and last.detail["down"] == sorted([OTHER, UNUSED])
+    assert last.detail["stranded"] == [] and last.detail["after_max_util"] == 1.5
+    (start,) = initial
+    assert start.detail["before_max_util"] is None and start.detail["down"] == [UNUSED]
+    (moved,) = reroutes(actions, "d-1")
+    detail = moved.detail
+    assert detail["previous"] == start.detail["plan"]
+    assert detail["down"] == sorted([USED, UNUSED])
+    assert (detail["before_max_util"], detail["after_max_util"]) == (1.0, 1.5)
+    assert detail["strategy"] == "incremental" and detail["stranded"] == []
+
+    # Routes: every sender for the first plan; then the senders of the moved flows, once.
+    by_plan: dict[str, list[tuple[str, Route]]] = {}
+    for key, route in published:
+        assert key == route.node
+        by_plan.setdefault(route.plan, []).append((key, route))
+    plan_ids = [str(start.detail["plan"]), str(detail["plan"]), str(last.detail["plan"])]
+    assert sorted(by_plan) == sorted(plan_ids)
+    assert all(hop.via == "spine-a-0" for _, route in by_plan[plan_ids[2]] for hop in route.paths)
+    assert sorted(k for k, _ in by_plan[str(start.detail["plan"])]) == sorted(RING)
+    told = by_plan[str(detail["plan"])]
+    assert len(told) == detail["routes"] == len({k for k, _ in told}) >= 1
+    for _, route in told:
+        # A node's whole plan: every flow of this ring crosses leaf-0a, now over spine-a-1.
+        assert route.paths and all(hop.via == "spine-a-1" for hop in route.paths)
+        assert all(hop.port == "mlx5_0:1" for hop in route.paths)
+
+    # The plan in force after resolution: the link given back (nothing moved onto it).
+    assert current is not None
+    (returned,) = reroutes(actions, "d-1", "resolved")
+    assert current.id == returned.detail["plan"] and current.down == (UNUSED,)
+    assert not any(USED in path.links for path in current.plan.paths)
+    assert returned.detail["previous"] == detail["plan"] and returned.detail["moved"] == 0
+    assert plans.history() == [last.detail["plan"], current.id, *reversed(plan_ids[:2])]
+    link = cluster.state.component("link", USED)
+    assert link is not None and link.state == "healthy"
+
+
+def test_state_jobs_are_the_latest_placements_of_the_jobs_not_stopped(cluster: Cluster) -> None:
+    def job(name: str, nodes: list[str], ts_ns: int, state: str = "running") -> Job:
+        return Job.model_validate(job_message(name, nodes, ts_ns, state))
+
+    state = cluster.state
+    assert state.jobs() == []
+    assert state.record_job(job("job-a", ["node-000", "node-001"], 10))
+    assert state.record_job(job("job-b", ["node-002", "node-003"], 10, "restarting"))
+    assert not state.record_job(job("job-a", ["node-004", "node-005"], 9))  # late and older
+    assert state.jobs() == [
+        job("job-a", ["node-000", "node-001"], 10),
+        job("job-b", ["node-002", "node-003"], 10, "restarting"),
+    ]
+    assert state.record_job(job("job-a", ["node-000", "node-001"], 11, "stopped"))
+    assert [found.job for found in state.jobs()] == ["job-b"]
+    state.client.hset(state.keys.job("job-b"), "comms", "{broken")
+    with pytest.raises(StateError, match=r"job:job-b holds no valid placement: ") as caught:
+        state.jobs()
+    assert "\n" not in str(caught.value)
+
+
+def test_state_fabric_follows_the_loaded_topology(cluster: Cluster) -> None:
+    state = cluster.state
+    fabric = state.fabric()
+    assert fabric is not None and USED in fabric.link_index
+    assert state.fabric() is fabric  # parsed once while the document is the same
+    state.client.set(state.keys.topology, b'{"v": 1, "kind": "topology"}')
+    with pytest.raises(StateError, match=r":topology holds no valid topology: ") as caught:
+        state.fabric()
+    assert "\n" not in str(caught.value)
+    state.client.delete(state.keys.topology)
+    assert state.fabric() is None
