@@ -151,32 +151,36 @@ def per_op():
     return (time.perf_counter_ns() - started) / ops / 1000
 for _ in range(2000):
     dist.all_reduce(tensor)  # warm up
-received = []
-instrumentation = instrument("bench", received.extend, interval_s=0.5)
-log = instrumentation.recorder.comm("0", 1, 0, 0)
-pre_only, _ = instrumentation._hooks("0", log, [0], 0)
-plain, hooked, recording = [], [], []
-for _ in range(pairs):  # interleaved, so drifts of the machine hit all alike
-    instrumentation.detach()
-    plain.append(per_op())
-    group.register_pre_hook(0xC4, pre_only)  # enter records only, no completion callback
-    recording.append(per_op())
-    group.unregister_pre_hook(0xC4)
-    instrumentation.attach(group)
-    hooked.append(per_op())
-instrumentation.close()
-recorded = sum(len(m.ops) for m in received)
-added = statistics.median(h - p for h, p in zip(hooked, plain))
-enter = statistics.median(r - p for r, p in zip(recording, plain))
-plain, hooked = statistics.median(plain), statistics.median(hooked)
-print(f"{plain:.3f} {hooked:.3f} {added:.3f} {enter:.3f} {recorded}")
+def compare(completion):
+    # Medians over interleaved pairs: plain, hooked, hooked - plain, enter-only - plain.
+    received = []
+    instrumentation = instrument("bench", received.extend, interval_s=0.5,
+                                 completion=completion)
+    log = instrumentation.recorder.comm("x", 1, 0, 0)
+    pre_only, _ = instrumentation._hooks("x", log, [0], 0)
+    plain, hooked, recording = [], [], []
+    for _ in range(pairs):  # interleaved, so drifts of the machine hit all alike
+        instrumentation.detach()
+        plain.append(per_op())
+        group.register_pre_hook(0xC5, pre_only)  # enter records only, no end time
+        recording.append(per_op())
+        group.unregister_pre_hook(0xC5)
+        instrumentation.attach(group)
+        hooked.append(per_op())
+    instrumentation.close()
+    assert sum(len(m.ops) for m in received) >= pairs * ops
+    return (statistics.median(plain), statistics.median(hooked),
+            statistics.median(h - p for h, p in zip(hooked, plain)),
+            statistics.median(r - p for r, p in zip(recording, plain)))
+for completion in ("future", "poll"):
+    print(completion, *(f"{value:.3f}" for value in compare(completion)))
 dist.destroy_process_group()
 """
 
 
-def torch_overhead(ops: int, pairs: int) -> tuple[float, float, float, float, int]:
-    """µs per allreduce (1-process gloo): plain, hooked, added, added by the enter record;
-    ops recorded."""
+def torch_overhead(ops: int, pairs: int) -> dict[str, list[float]]:
+    """Per end-time mode, µs per allreduce (1-process gloo): plain, hooked, added, added by
+    the enter record alone."""
     import subprocess
 
     with socket.socket() as sock:
@@ -193,8 +197,8 @@ def torch_overhead(ops: int, pairs: int) -> tuple[float, float, float, float, in
         timeout=600,
         check=True,
     )
-    plain, hooked, added, enter, recorded = result.stdout.split()
-    return float(plain), float(hooked), float(added), float(enter), int(recorded)
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip()]
+    return {row[0]: [float(value) for value in row[1:]] for row in rows}
 
 
 def main() -> int:
@@ -212,24 +216,26 @@ def main() -> int:
     agent_cpu = statistics.median(r[0] for r in rounds)
     batching = statistics.median(r[1] for r in rounds)
     messages = statistics.median(r[2] for r in rounds)
-    plain, hooked, added, enter, recorded = torch_overhead(args.ops, args.pairs)
+    overhead = torch_overhead(args.ops, args.pairs)
+    plain, future, future_added, enter = overhead["future"]
+    _, poll, poll_added, _ = overhead["poll"]
 
     lines = [
         f"node agent, {GPUS} GPUs x {OPS_PER_S} ops/s, {args.seconds:.0f} s per run, "
         f"median of {args.repeats} runs",
-        f"{'measure':<52}{'median':>12}{'target':>12}",
-        f"{'agent CPU (handoff tail + sysfs + Kafka), s/s':<52}{agent_cpu:>12.4f}{'':>12}",
-        f"{'batching thread CPU per training process, s/s':<52}{batching:>12.5f}{'':>12}",
-        f"{'messages published per run':<52}{messages:>12.0f}{'':>12}",
-        f"{'gloo allreduce (16 floats, 1 rank), µs/op, plain':<52}{plain:>12.2f}{'':>12}",
-        f"{'same with c4 hooks, µs/op':<52}{hooked:>12.2f}{'':>12}",
-        f"{'added on the training thread, µs/op (median of pairs)':<52}{added:>12.2f}"
-        f"{TARGET_US_PER_OP:>12.1f}",
-        f"{'  of which the enter record (pre-hook), µs/op':<52}{enter:>12.2f}{'':>12}",
-        f"{'  of which the completion callback, µs/op':<52}{added - enter:>12.2f}{'':>12}",
-        f"{'ops recorded during the hooked runs':<52}{recorded:>12d}{'':>12}",
-        f"target {TARGET_US_PER_OP} µs/op added: {'met' if added < TARGET_US_PER_OP else 'NOT met'}"
-        f" (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)",
+        f"{'measure':<56}{'median':>10}{'target':>10}",
+        f"{'agent CPU (handoff tail + sysfs + Kafka), s/s':<56}{agent_cpu:>10.4f}",
+        f"{'batching thread CPU per training process, s/s':<56}{batching:>10.5f}",
+        f"{'messages published per run':<56}{messages:>10.0f}",
+        f"torch hooks, 1-process gloo allreduce of 16 floats, {args.pairs} interleaved pairs"
+        f" of {args.ops} ops",
+        f"{'plain allreduce, µs/op':<56}{plain:>10.2f}",
+        f"{'added: enter record only (pre-hook), µs/op':<56}{enter:>10.2f}",
+        f"{'added: enter + end by future callback (gloo), µs/op':<56}{future_added:>10.2f}"
+        f"{TARGET_US_PER_OP:>10.1f}",
+        f"{'added: enter + end by poller thread (NCCL way), µs/op':<56}{poll_added:>10.2f}"
+        f"{TARGET_US_PER_OP:>10.1f}",
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores",
     ]
     table = "\n".join(lines)
     print(table)

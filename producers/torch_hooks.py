@@ -6,13 +6,14 @@
 Hooks are registered on every process group (``ProcessGroup.register_pre_hook`` /
 ``register_post_hook``, run by c10d itself, so operations issued from C++ such as DDP's
 gradient buckets are seen too), on those that exist and on every one created later. On the
-training thread the pre-hook records the op, its bytes and the enter time; the post-hook
-asks the Work's future to write the end time when it completes (on the backend's thread,
-after the CUDA work for NCCL). A Work without a future (gloo's reduce_scatter) is polled off
-the training thread, and at the latest taken as finished when the rank enters its next
-operation on that group: an upper bound of its end, the only one such a Work gives.
-A background thread turns the records into one v1 message per communicator per interval
-and hands the batch to the sink.
+training thread the pre-hook records the op, its bytes and the enter time. The end time
+comes, for gloo, from a callback on the Work's future (exact; it runs on gloo's thread);
+for NCCL and other backends, whose future completes when the kernel is enqueued, from a
+thread that polls ``Work.is_completed()`` (the CUDA events) every millisecond, off the
+training thread. A Work without a future (gloo's reduce_scatter) is polled too and at the
+latest taken as finished when the rank enters its next operation on that group: an upper
+bound of its end, the only one such a Work gives. A background thread turns the records
+into one v1 message per communicator per interval and hands the batch to the sink.
 
 The communicator id is the process group's global name (the same on all members, since all
 members create groups in the same order); ``seq`` counts the group's operations on every
@@ -29,9 +30,10 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from producers import ProducerError
 from producers.handoff import FolderSink
@@ -40,6 +42,7 @@ from schemas.base import C4Model
 from schemas.messages import Collective, OpName
 
 Sink = Callable[[list[Collective]], None]
+Completion = Literal["auto", "future", "poll"]
 HOOK_ID = 0x_C4  # the id our hooks are registered under on every process group
 
 # c10d's HookOpName members -> the contract's op (gather and scatter have none: not recorded)
@@ -86,6 +89,8 @@ class TorchInstrumentation:
         interval_s: float = 1.0,
         node: str | None = None,
         gpu: int | None = None,
+        completion: Completion = "auto",
+        poll_s: float = 0.001,
     ) -> None:
         try:
             import torch.distributed as dist
@@ -118,6 +123,9 @@ class TorchInstrumentation:
         self.hook_errors = 0
         self._hook_errors_reported = False
         self._thread = threading.Thread(target=self._loop, name="c4-instrumentation", daemon=True)
+        self.completion, self.poll_s = completion, poll_s
+        self._polled: deque[tuple[Any, list[object]]] = deque()  # Works the poller watches
+        self._poller = threading.Thread(target=self._poll_loop, name="c4-completion", daemon=True)
 
     def start(self) -> TorchInstrumentation:
         """Hook every existing process group and every later one; start batching."""
@@ -145,7 +153,7 @@ class TorchInstrumentation:
             members = list(range(group.size()))
         me = members[group.rank()]
         log = self.recorder.comm(name, group.size(), group.rank(), me)
-        pre, post = self._hooks(name, log, members, me)
+        pre, post = self._hooks(name, log, members, me, self._polls(group))
         group.register_pre_hook(HOOK_ID, pre)
         group.register_post_hook(HOOK_ID, post)
 
@@ -161,13 +169,27 @@ class TorchInstrumentation:
             except RuntimeError:
                 pass  # the group was destroyed already
 
+    def _polls(self, group: Any) -> bool:
+        """Whether this group's ends come from the poller (a future that completes at enqueue,
+        as NCCL's does, says nothing about when the GPU finished)."""
+        if self.completion != "auto":
+            return self.completion == "poll"
+        try:
+            backend = str(group._get_backend_name())
+        except (AttributeError, RuntimeError):
+            backend = "unknown"
+        return backend != "gloo"
+
     def _hooks(
-        self, name: str, log: CommLog, members: list[int], me: int
+        self, name: str, log: CommLog, members: list[int], me: int, polls: bool = False
     ) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
         ops, recorder, clock = self._ops, self.recorder, time.time_ns
         pending: dict[int, list[object]] = {}
         pairs: dict[int, CommLog] = {}
         unfinished = self._unfinished
+        polled = self._polled
+        if polls and not self._poller.is_alive() and not self._stop.is_set():
+            self._poller.start()
         blind: list[list[object]] = []  # records whose Work has no future (gloo reduce_scatter)
         self._blind.append(blind)
 
@@ -199,6 +221,9 @@ class TorchInstrumentation:
                 if record is None:
                     return
                 work = args.work
+                if polls:
+                    polled.append((work, record))
+                    return
                 try:
                     future = work.get_future()
                 except RuntimeError:  # this Work has no future: poll it, bound its end
@@ -210,6 +235,28 @@ class TorchInstrumentation:
                 self.hook_errors += 1
 
         return pre, post
+
+    def _poll_loop(self) -> None:
+        """Stamp the end of polled Works (``is_completed`` queries the CUDA events for NCCL)."""
+        polled = self._polled
+        while not self._stop.is_set():
+            if not polled:
+                time.sleep(self.poll_s)
+                continue
+            now = time.time_ns()
+            for _ in range(len(polled)):
+                work, record = polled.popleft()
+                if record[END] is not None:
+                    continue
+                try:
+                    done = work.is_completed()
+                except RuntimeError:
+                    done = True  # the Work failed: it ended
+                if done:
+                    record[END] = now
+                else:
+                    polled.append((work, record))
+            time.sleep(self.poll_s)
 
     def _poll_unfinished(self) -> None:
         still = []
@@ -244,8 +291,14 @@ class TorchInstrumentation:
         """Remove the hooks, stop batching, send what is left."""
         self.detach()
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        for thread in (self._thread, self._poller):
+            if thread.is_alive():
+                thread.join()
+        now = time.time_ns()
+        while self._polled:
+            work, record = self._polled.popleft()
+            if record[END] is None and work.is_completed():
+                record[END] = now
         if self.attach in _GROUP_WATCHERS:
             _GROUP_WATCHERS.remove(self.attach)
         now = time.time_ns()  # the training returned from every call: its operations ended
@@ -304,14 +357,20 @@ def instrument(
     interval_s: float = 1.0,
     node: str | None = None,
     gpu: int | None = None,
+    completion: Completion = "auto",
 ) -> TorchInstrumentation:
     """Start recording every process group's operations; call once, early in the script.
 
     ``node`` defaults to the host name and ``gpu`` to ``LOCAL_RANK`` when it is set.
+    ``completion``: how end times are taken: ``future`` (a callback when the Work's future
+    completes: exact for gloo, but it runs in the path ``wait()`` waits on), ``poll`` (a
+    thread polls ``Work.is_completed()`` every ``poll_s``: off the training thread, within a
+    poll period; NCCL needs it), ``auto`` (future for gloo, poll for every other backend).
     """
     if gpu is None and os.environ.get("LOCAL_RANK", "").isdigit():
         gpu = int(os.environ["LOCAL_RANK"])
-    return TorchInstrumentation(job, sink, interval_s, node or socket.gethostname(), gpu).start()
+    host = node or socket.gethostname()
+    return TorchInstrumentation(job, sink, interval_s, host, gpu, completion).start()
 
 
 def kafka_sink(
