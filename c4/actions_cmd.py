@@ -1,4 +1,4 @@
-"""``c4 actions worker``: isolate, restart and alert on diagnoses, over the Redis-held state."""
+"""``c4 actions worker``: isolate, restart, reroute and alert on diagnoses, over the Redis state."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from actions import ActionsError
 from actions.config import ConfigError, load_config
 from actions.metrics import ActionMetrics
 from actions.pipeline import Pipeline
-from actions.state import StateUnavailable
+from actions.state import StateError, StateUnavailable
 from actions.transport import KafkaTransport
 from actions.worker import EXECUTORS, ActionWorker, Topics, build_executors, worker_id
 from c4 import C4Error
@@ -49,6 +49,12 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     except Exception as error:  # noqa: BLE001 - any failure to reach Redis is reported alike
         message = f"redis at {settings.redis_url} does not answer ({error})"
         raise WorkerStartError(message) from None
+    log = logging.getLogger("c4.actions")
+    try:
+        if state.fabric() is None:
+            log.warning("no topology in the cluster state: reroute fails until `c4 state load`")
+    except (StateError, StateUnavailable) as error:
+        log.warning("%s: reroute fails until `c4 state load`", error)
     stop = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
@@ -73,9 +79,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         executors = build_executors(state, config, transport, metrics)
         pipeline = Pipeline(state, executors, config, actor, dry_run=args.dry_run)
         mode = " (dry run: nothing is changed)" if args.dry_run else ""
-        logging.getLogger("c4.actions").info(
-            "worker %s: group %s, %s%s", actor, args.group, topics.diagnosis, mode
-        )
+        log.info("worker %s: group %s, %s%s", actor, args.group, topics.diagnosis, mode)
         ActionWorker(transport, state, pipeline, topics, metrics, stop).run()
     except (StateUnavailable, ActionsError) as error:
         raise WorkerStartError(str(error)) from None
@@ -91,9 +95,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="actions_command", required=True, metavar="ACTION")
     worker = actions.add_parser(
         "worker",
-        help="act on diagnoses: isolate, restart on spares, alert",
+        help="act on diagnoses: isolate, restart on spares, reroute, alert",
         description=(
-            "Consumes c4.diagnosis.v1 and c4.job.v1; records every decision on c4.action.v1;"
+            "Consumes c4.diagnosis.v1 and c4.job.v1; records every decision on c4.action.v1,"
+            " route plans on c4.route.v1 (the topology is the one `c4 state load` stored);"
             " commits an offset only once its outcome is recorded."
         ),
     )
