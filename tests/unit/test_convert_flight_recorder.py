@@ -253,3 +253,50 @@ def test_dumps_written_by_torch_itself_convert_with_aligned_seqs(tmp_path: Path)
     assert world[("0", 0)] == world[("0", 1)]
     assert list(world[("0", 0)].values()).count("allreduce") == 5
     assert ops[("1", 0)] == ops[("1", 1)] == {seq: "allgather" for seq in range(1, 6)}
+
+
+def test_the_agent_watches_a_dump_folder_and_converts_each_new_dump_once(tmp_path: Path) -> None:
+    from producers.flight_recorder import FlightRecorderSource
+
+    write_hang_dumps(tmp_path / "dumps")
+    source = FlightRecorderSource(tmp_path / "dumps", "job-7")
+    first = source.read(0)
+    assert first.problems == []
+    ranks = {m.global_rank for m in first.messages if isinstance(m, Collective)}
+    assert ranks == {0, 1, 2, 3}
+    assert source.read(0).messages == []  # nothing new
+    (tmp_path / "dumps" / "trace_9").write_bytes(b"not a pickle")
+    again = source.read(0)
+    assert again.messages == [] and len(again.problems) == 1
+    assert "trace_9: not a Flight Recorder pickle" in again.problems[0]
+
+
+def test_nccl_inspector_logs_convert_for_diagnose(tmp_path: Path) -> None:
+    import json
+
+    folder = tmp_path / "inspector"
+    folder.mkdir()
+    for rank in range(4):
+        records = []
+        for sn in range(1, 31):
+            late = 5_000 if rank == 1 else 0  # rank 1 enters last: the shortest execution
+            records.append(
+                {
+                    "header": {"id": "0xabc", "rank": rank, "n_ranks": 4, "nnodes": 1},
+                    "metadata": {"dump_timestamp_us": T0 // 1000 + sn * 100_000, "pid": rank},
+                    "coll_perf": {
+                        "coll": "AllReduce",
+                        "coll_sn": sn,
+                        "coll_msg_size_bytes": 1 << 20,
+                        "coll_exec_time_us": 20_000 - late,
+                    },
+                }
+            )
+        (folder / f"rank{rank}.log").write_text("\n".join(json.dumps(r) for r in records))
+    (folder / "broken.log").write_text('{"header": {}}\n')
+    result = run_c4("convert", "nccl-inspector", str(folder), "--job", "job-n")
+    assert result.returncode == 0, result.stderr
+    assert b"record skipped: missing or wrong field" in result.stderr
+    messages = [decode(line) for line in result.stdout.splitlines()]
+    assert len(messages) == 4
+    assert all(isinstance(m, Collective) and m.ops.seq == tuple(range(1, 31)) for m in messages)
