@@ -221,16 +221,16 @@ class TorchInstrumentation:
                 if record is None:
                     return
                 work = args.work
-                if polls:
-                    polled.append((work, record))
-                    return
                 try:
                     future = work.get_future()
                 except RuntimeError:  # this Work has no future: poll it, bound its end
                     unfinished.append((work, record))
                     blind.append(record)
                     return
-                future.add_done_callback(functools.partial(_finished, record))
+                if polls:
+                    polled.append((work, record))
+                else:
+                    future.add_done_callback(functools.partial(_finished, record))
             except Exception:  # noqa: BLE001 -- a hook must never break the training step
                 self.hook_errors += 1
 

@@ -16,6 +16,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from schemas.codec import decode
@@ -30,7 +31,7 @@ SLOW_S = 0.008
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def worker(rank: int, port: int, bootstrap: str, prefix: str, job: str) -> None:
+def worker(rank: int, port: int, bootstrap: str, prefix: str, job: str, completion: str) -> None:
     """One training process (run as ``python -m tests.integration.test_agent_torch_job``)."""
     import torch
     import torch.distributed as dist
@@ -46,7 +47,9 @@ def worker(rank: int, port: int, bootstrap: str, prefix: str, job: str) -> None:
         sink(messages)
 
     counting.close = sink.close  # type: ignore[attr-defined]
-    instrumentation = instrument(job, counting, interval_s=0.25, node=f"node-{rank}", gpu=0)
+    instrumentation = instrument(
+        job, counting, interval_s=0.25, node=f"node-{rank}", gpu=0, completion=completion
+    )
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     pairs = dist.new_group([0, 1])  # a sub-communicator; ranks 2 and 3 are not members
 
@@ -112,8 +115,9 @@ def _consume(bootstrap: str, topic: str, expected: int) -> list[Collective]:
     return messages
 
 
+@pytest.mark.parametrize("completion", ["auto", "poll"])
 def test_slowed_rank_of_a_real_gloo_job_is_the_late_enterer(
-    kafka_bootstrap: str, unique: str
+    kafka_bootstrap: str, unique: str, completion: str
 ) -> None:
     prefix, job, port = f"torchjob-{unique}.", f"job-{unique}", _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
@@ -128,6 +132,7 @@ def test_slowed_rank_of_a_real_gloo_job_is_the_late_enterer(
                 kafka_bootstrap,
                 prefix,
                 job,
+                completion,
             ],
             cwd=ROOT,
             env=env,
@@ -199,7 +204,8 @@ def test_slowed_rank_of_a_real_gloo_job_is_the_late_enterer(
     for seq in timed:
         durations = [_duration(per_rank[seq]) for per_rank in world]
         shortest[durations.index(min(durations))] += 1
-    assert shortest[SLOW_RANK] >= 0.95 * len(timed), shortest
+    # Polled ends are late by up to a poll period (1 ms): a little less clean than exact ones.
+    assert shortest[SLOW_RANK] >= (0.95 if completion == "auto" else 0.85) * len(timed), shortest
 
     # The detectors, replayed in event time, name the slowed rank's GPU as a straggler.
     engine = Engine(DetectorParams())
@@ -213,4 +219,4 @@ def test_slowed_rank_of_a_real_gloo_job_is_the_late_enterer(
 
 
 if __name__ == "__main__":
-    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5])
+    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6])
