@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from c4.settings import Settings
 
 REPORT_EVERY_S = 60.0
+TROUBLE_EVERY_S = 5.0
 
 
 class AgentError(C4Error):
@@ -103,6 +104,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     started = last_report = time.monotonic()
+    last_trouble = (0, 0, 0)
     try:
         while not stop["now"]:
             if args.once:
@@ -113,9 +115,15 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             now = time.monotonic()
             if publisher is not None:
                 publisher.service()
-                if now - last_report >= REPORT_EVERY_S:
-                    _report(_summary(publisher.counts))
-                    last_report = now
+                counts = publisher.counts
+                trouble = (counts.outages, counts.dropped_heartbeats, counts.dropped_records)
+                # Outages and drops are told at once (at most every few seconds), the rest
+                # once a minute.
+                if now - last_report >= REPORT_EVERY_S or (
+                    trouble != last_trouble and now - last_report >= TROUBLE_EVERY_S
+                ):
+                    _report(_summary(counts) + (" (broker unreachable)" if publisher.down else ""))
+                    last_report, last_trouble = now, trouble
             if args.duration and now - started >= args.duration:
                 break
             time.sleep(min(wait, 0.1))

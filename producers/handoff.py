@@ -1,7 +1,9 @@
 """Handing v1 messages from a training process to the node agent through a local folder.
 
-The training process appends JSON lines to a file of its own (`FolderSink`); the node agent
-tails every file of the folder (`HandoffSource`) and publishes what it reads, so the
+The training process appends JSON lines to files of its own (`FolderSink`:
+``<name>.<n>.jsonl``, a new one every ``max_bytes``); the node agent tails every file of the
+folder (`HandoffSource`), publishes what it reads, and deletes a writer's file once it has
+read all of it and the writer has moved on to a newer one, so the folder stays small and the
 training process needs no Kafka client. A line cut off at the end of a file waits for the
 next round; a line that is not a valid v1 message is a problem line and is skipped.
 """
@@ -9,6 +11,7 @@ next round; a line that is not a valid v1 message is a problem line and is skipp
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -17,25 +20,48 @@ from schemas.base import C4Model
 from schemas.codec import Rejection, decode, encode
 
 MAX_READ_BYTES = 64 << 20  # per file and round: a long backlog is read over several rounds
+_NUMBERED = re.compile(r"^(?P<writer>.+)\.(?P<index>\d{6})\.jsonl$")
 
 
 class FolderSink:
-    """Appends messages as JSON lines to ``folder/<name>.jsonl`` (one writer per file)."""
+    """Appends messages as JSON lines to ``folder/<name>.<n>.jsonl`` (one writer per name)."""
 
-    def __init__(self, folder: Path, name: str) -> None:
+    def __init__(self, folder: Path, name: str, max_bytes: int = 64 << 20) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / f"{name}.jsonl"
+        self.folder, self.name, self.max_bytes = folder, name, max_bytes
+        taken = [
+            int(match.group("index"))
+            for path in folder.glob(f"{glob_escape(name)}.*.jsonl")
+            if (match := _NUMBERED.match(path.name)) and match.group("writer") == name
+        ]
+        self._index = max(taken, default=0) + 1
+        self._open()
+
+    def _open(self) -> None:
+        self.path = self.folder / f"{self.name}.{self._index:06d}.jsonl"
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._size = os.fstat(self._fd).st_size
 
     def __call__(self, messages: Iterable[C4Model]) -> None:
         """Write one batch with one system call, so a reader never sees half a batch's line."""
         data = b"".join(encode(message) + b"\n" for message in messages)
-        if data:
-            os.write(self._fd, data)
+        if not data:
+            return
+        if self._size and self._size + len(data) > self.max_bytes:
+            os.close(self._fd)
+            self._index += 1
+            self._open()
+        os.write(self._fd, data)
+        self._size += len(data)
 
     def close(self) -> None:
-        """Close the file."""
+        """Close the current file."""
         os.close(self._fd)
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with glob metacharacters taken literally."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 class HandoffSource:
@@ -77,7 +103,27 @@ class HandoffSource:
                         reading.messages.append(result)
                 start = stop + 1
             self._offsets[path] = offset + complete
+        self._forget_finished(paths)
         return reading
+
+    def _forget_finished(self, paths: list[Path]) -> None:
+        """Delete the files read to their end whose writer has a newer file."""
+        newest: dict[str, int] = {}
+        for path in paths:
+            match = _NUMBERED.match(path.name)
+            if match:
+                writer, index = match.group("writer"), int(match.group("index"))
+                newest[writer] = max(newest.get(writer, 0), index)
+        for path in paths:
+            match = _NUMBERED.match(path.name)
+            if match is None or int(match.group("index")) >= newest[match.group("writer")]:
+                continue
+            try:
+                if self._offsets.get(path, -1) >= path.stat().st_size:
+                    path.unlink()
+                    del self._offsets[path]
+            except OSError:
+                continue
 
     def close(self) -> None:
         """Nothing is held open between rounds."""

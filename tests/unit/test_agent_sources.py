@@ -122,15 +122,32 @@ def test_folder_handoff_carries_messages_to_the_agent(tmp_path: Path) -> None:
     recorder.comm("0", 2, 0, 0).enter("barrier", 0, T0)[END] = T0 + 1
     sink = FolderSink(tmp_path, "job-1.rank0")
     sink(recorder.messages(T0 + 10))
-    with (tmp_path / "job-1.rank0.jsonl").open("ab") as out:
+    with sink.path.open("ab") as out:
         out.write(b'{"v": 1, "kind": "collective", "rank": -1}\n{"v": 1, "ki')
     source = HandoffSource(tmp_path)
     reading = source.read(0)
     assert [m.ops.op for m in reading.messages if isinstance(m, Collective)] == [("barrier",)]
-    assert len(reading.problems) == 1 and "job-1.rank0.jsonl byte" in reading.problems[0]
+    assert len(reading.problems) == 1 and "job-1.rank0.000001.jsonl byte" in reading.problems[0]
     sink(recorder.messages(T0 + 20))
     sink.close()
     assert source.read(0).messages == []  # the cut-off line is still incomplete
+
+
+def test_handoff_files_rotate_and_read_ones_are_deleted(tmp_path: Path) -> None:
+    recorder = OpRecorder("job-1")
+    log = recorder.comm("0", 2, 0, 0)
+    sink = FolderSink(tmp_path, "rank[0]", max_bytes=600)
+    source = HandoffSource(tmp_path)
+    seen: list[int] = []
+    for step in range(12):
+        log.enter("allreduce", 8, T0 + step)[END] = T0 + step + 1
+        sink(recorder.messages(T0 + step + 2))
+        seen += [s for m in source.read(0).messages if isinstance(m, Collective) for s in m.ops.seq]
+    sink.close()
+    assert seen == list(range(12))  # every op once, in order, across the rotations
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 1 and files[0].startswith("rank[0].")  # read files were deleted
+    assert FolderSink(tmp_path, "rank[0]").path.name > files[0]  # a restart starts a new file
 
 
 class Counting:
