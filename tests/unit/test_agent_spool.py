@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
+
 from producers.publisher import is_heartbeat
 from producers.spool import DiskSpool, Record
+from schemas.codec import encode
 from schemas.messages import Collective, Ops
 
 
@@ -103,3 +106,53 @@ def test_heartbeats_are_collectives_with_empty_ops() -> None:
     one = Ops(seq=(1,), op=("barrier",), bytes=(0,), enter_ns=(1,), end_ns=(None,))
     assert is_heartbeat(collective(empty))
     assert not is_heartbeat(collective(one))
+
+
+def test_publisher_spools_while_no_broker_answers_and_drops_heartbeats_first(
+    tmp_path: Path,
+) -> None:
+    import socket
+    import time
+
+    from producers.publisher import Publisher
+
+    def collective(index: int, heartbeat: bool) -> Collective:
+        ops = (
+            Ops(seq=(), op=(), bytes=(), enter_ns=(), end_ns=())
+            if heartbeat
+            else Ops(seq=(index,), op=("barrier",), bytes=(0,), enter_ns=(index,), end_ns=(index,))
+        )
+        return Collective(
+            v=1,
+            kind="collective",
+            job="j",
+            comm="c",
+            comm_size=1,
+            rank=0,
+            global_rank=0,
+            ts_ns=index,
+            ops=ops,
+        )
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    size = Record("c4.collective.v1", b"j", encode(collective(10, False))).size
+    spool = DiskSpool(tmp_path, max_bytes=size * 14, segment_bytes=size * 2)
+    publisher = Publisher({"bootstrap.servers": f"127.0.0.1:{port}"}, "", spool, stall_s=0.2)
+    publisher.publish(collective(0, False))  # queued in librdkafka before the outage is seen
+    deadline = time.monotonic() + 30
+    while not publisher.down and time.monotonic() < deadline:
+        publisher.service()
+        time.sleep(0.05)
+    assert publisher.down
+    for index in range(1, 21):
+        publisher.publish(collective(index, heartbeat=index % 2 == 0))
+    counts = publisher.counts
+    assert counts.outages == 1 and counts.spooled == 20
+    assert counts.dropped_heartbeats > 0 and counts.dropped_records == 0
+    assert publisher.close(0.5) >= len(spool)
+    kept = DiskSpool(tmp_path).take(100)
+    indexes = [int(orjson.loads(record.value)["ts_ns"]) for record in kept]
+    assert indexes == sorted(indexes)  # in publishing order
+    assert set(range(1, 21, 2)) <= set(indexes)  # every data message kept; heartbeats went
