@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from actions import ActionsError
 from actions.planner.choice import ReplanMode, Strategy, replan_choice
-from actions.planner.core import lower_bound, plan
+from actions.planner.core import RoutedPath, lower_bound, plan
 from schemas.files import Flow, Flows, Plan, PlanPath
 from schemas.messages import Diagnosis, Job, Route, RoutePath
 from topology import TopologyError
@@ -285,8 +285,8 @@ def _changed(previous: Plan | None, result: Plan) -> tuple[str, ...]:
 
 
 def _sport(path: PlanPath) -> int | None:
-    sport = getattr(path, "sport", None)
-    return sport if isinstance(sport, int) else None
+    # A type check, not getattr: a missing pydantic attribute is a slow AttributeError.
+    return path.sport if isinstance(path, RoutedPath) else None
 
 
 def route_messages(

@@ -440,7 +440,17 @@ class RedisState:
             if info.get("state", "stopped") == "stopped":
                 continue
             try:
-                places = _places(answers[2 * i + 1])
+                ranks: list[tuple[int, dict[str, Any]]] = []
+                for rank, value in answers[2 * i + 1].items():
+                    node, gpu, port = _text(value).split("|", 2)
+                    place: dict[str, Any] = {"rank": int(_text(rank)), "node": node}
+                    if gpu:
+                        place["gpu"] = int(gpu)
+                    if port:
+                        place["port"] = port
+                    ranks.append((place["rank"], place))
+                ranks.sort(key=lambda item: item[0])
+                # One validation of the whole message (the places are checked inside it).
                 found.append(
                     Job.model_validate(
                         {
@@ -449,7 +459,7 @@ class RedisState:
                             "job": name,
                             "ts_ns": int(info.get("ts_ns", "")),
                             "state": info["state"],
-                            "ranks": [places[rank].model_dump() for rank in sorted(places)],
+                            "ranks": [place for _, place in ranks],
                             "comms": orjson.loads(info.get("comms", "{}")),
                         }
                     )
