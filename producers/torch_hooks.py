@@ -192,6 +192,7 @@ class TorchInstrumentation:
             self._poller.start()
         blind: list[list[object]] = []  # records whose Work has no future (gloo reduce_scatter)
         self._blind.append(blind)
+        with_future: set[Any] = set()  # op kinds whose Works have a future on this group
 
         def pre(args: Any) -> None:
             try:
@@ -221,6 +222,9 @@ class TorchInstrumentation:
                 if record is None:
                     return
                 work = args.work
+                if polls and args.name in with_future:
+                    polled.append((work, record))  # the common case: one append
+                    return
                 try:
                     future = work.get_future()
                 except RuntimeError:  # this Work has no future: poll it, bound its end
@@ -228,6 +232,7 @@ class TorchInstrumentation:
                     blind.append(record)
                     return
                 if polls:
+                    with_future.add(args.name)
                     polled.append((work, record))
                 else:
                     future.add_done_callback(functools.partial(_finished, record))
