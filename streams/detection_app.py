@@ -163,7 +163,15 @@ def create_detection_app(
     fabric_state = app.Table("fabric-state", partitions=1, **raw)
     # One partition and a recovery buffer of one: Faust's advice for global tables shared
     # by several workers (larger settings can loop in recovery).
-    shared = app.GlobalTable("shared-facts", partitions=1, recovery_buffer_size=1, **raw)
+    # Every worker writes to it and must read the others' writes continuously, not only at
+    # start-up: synchronize_all_active_partitions keeps its partition a standby everywhere.
+    shared = app.GlobalTable(
+        "shared-facts",
+        partitions=1,
+        recovery_buffer_size=1,
+        synchronize_all_active_partitions=True,
+        **raw,
+    )
     facts = TableFacts(shared)
     live = LiveDetection(make_engine(facts), clock_rate=config.clock_rate, metrics=metrics)
     durable = DurableDetection(

@@ -103,7 +103,10 @@ class DurableDetection:
 
     def on_revoked(self, kind: str, keys: Iterable[str]) -> None:
         """Partitions went to another worker: forget their jobs or nodes (not their state)."""
-        for key in list(keys):
+        keys = list(keys)
+        if keys:
+            log.info("partitions revoked: handing over %d %s(s)", len(keys), kind)
+        for key in keys:
             owner = (kind, key)
             if owner in self._dirty:
                 self.save([owner])
@@ -152,6 +155,7 @@ class DurableDetection:
                 self.engine.drop_node(key)
             return
         self.counters.restored += 1
+        log.info("took over %s %s from its snapshot", kind, key)
 
     def save(self, owners: Iterable[tuple[str, str]]) -> None:
         """Write the state of these jobs and nodes (a job gone: its key deleted)."""

@@ -18,6 +18,8 @@ from streams.core.stats import Baseline, Window
 
 MAX_PENDING = 4096
 MAX_COMPLETED = 8192
+# A slowdown is judged every this many completed operations of one kind.
+SLOW_EVERY_OPS = 2
 # Connection samples a snapshot keeps per rank: all that ``recent_conns`` reads at most.
 CONN_KEEP = 3 * 4
 NOT_YET = -1
@@ -109,6 +111,7 @@ class CommTracker:
     last_entrants: deque[tuple[int, float, int]] = field(init=False)
     baselines: dict[tuple[str, int], Baseline] = field(default_factory=dict)
     slow_since: dict[tuple[str, int], int] = field(default_factory=dict)
+    fresh_samples: dict[tuple[str, int], int] = field(default_factory=dict)
     conns: dict[int, deque[ConnSample]] = field(default_factory=dict)
     ops_seen: int = 0
     periods: Window = field(init=False)
@@ -201,6 +204,11 @@ class CommTracker:
             baseline = Baseline(self.params.slow_baseline_ops, self.params.slow_recent_ops)
             self.baselines[key] = baseline
         baseline.add(shortest)
+        fresh = self.fresh_samples.get(key, 0) + 1
+        if fresh >= SLOW_EVERY_OPS:
+            fresh = 0
+            self._judge_slowdown(key, baseline, finished)
+        self.fresh_samples[key] = fresh
 
     def median_op_ns(self) -> float | None:
         """The typical wall span of an operation of this communicator."""
@@ -252,25 +260,38 @@ class CommTracker:
         since = next(end for r, _, end in window if r == rank)
         return Straggler(rank, share, lag, since)
 
-    def slowdowns(self, now_ns: int) -> list[Slowdown]:
+    def _judge_slowdown(self, key: tuple[str, int], baseline: Baseline, at_ns: int) -> None:
+        """Open or close the slowdown of one operation kind, as of a completed operation.
+
+        Judged as the samples come, every ``SLOW_EVERY_OPS`` of them, not on the clock's
+        ticks: the window in which a step change is visible (before the baseline takes the
+        new samples in) is a few operations long, and a burst of reports (a backlog, a
+        batch) must not slide through it unjudged.
+        """
+        if not baseline.ready():
+            return
+        reference = baseline.baseline()
+        recent = baseline.recent()
+        open_since = self.slow_since.get(key)
+        factor = (
+            self.params.slow_resolve_factor if open_since is not None else self.params.slow_factor
+        )
+        if reference > 0 and recent > reference * factor:
+            if open_since is None:
+                baseline.freeze()
+                self.slow_since[key] = at_ns
+        elif open_since is not None:
+            baseline.thaw()
+            del self.slow_since[key]
+
+    def slowdowns(self) -> list[Slowdown]:
         """Operation kinds whose recent transfer time is over the baseline by the slow factor."""
         found = []
-        for key, baseline in self.baselines.items():
-            if not baseline.ready():
-                continue
-            reference = baseline.baseline()
-            recent = baseline.recent()
-            open_since = self.slow_since.get(key)
-            factor = self.params.slow_resolve_factor if open_since else self.params.slow_factor
-            if reference > 0 and recent > reference * factor:
-                if open_since is None:
-                    baseline.freeze()
-                    open_since = now_ns
-                    self.slow_since[key] = now_ns
-                found.append(Slowdown(key[0], recent / reference, reference, recent, open_since))
-            elif open_since is not None:
-                baseline.thaw()
-                del self.slow_since[key]
+        for key, since in self.slow_since.items():
+            baseline = self.baselines[key]
+            reference, recent = baseline.baseline(), baseline.recent()
+            factor = recent / reference if reference > 0 else 0.0
+            found.append(Slowdown(key[0], factor, reference, recent, since))
         return found
 
     # --- snapshot ----------------------------------------------------------------------
@@ -296,6 +317,7 @@ class CommTracker:
             "last_entrants": [list(entry) for entry in self.last_entrants],
             "baselines": [[op, bucket, b.state()] for (op, bucket), b in self.baselines.items()],
             "slow_since": [[op, bucket, ns] for (op, bucket), ns in self.slow_since.items()],
+            "fresh": [[op, bucket, n] for (op, bucket), n in self.fresh_samples.items()],
             "conns": [
                 [[s.rank, s.peer, s.port, s.nbytes, s.busy_ns] for s in list(samples)[-CONN_KEEP:]]
                 for samples in self.conns.values()
@@ -330,6 +352,7 @@ class CommTracker:
             baseline.restore(baseline_state)
             tracker.baselines[(op, bucket)] = baseline
         tracker.slow_since = {(op, bucket): ns for op, bucket, ns in state["slow_since"]}
+        tracker.fresh_samples = {(op, bucket): n for op, bucket, n in state["fresh"]}
         for samples in state["conns"]:
             if samples:
                 tracker.conns[samples[0][0]] = deque(

@@ -144,7 +144,15 @@ class Engine:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         out: list[Diagnosis] = []
         if isinstance(message, Collective):
-            self._job(message.job).on_collective(message)
+            detector = self._job(message.job)
+            detector.on_collective(message)
+            # A job whose reports lag far behind the clock (live: its partition catching up
+            # a backlog) gets no global tick while it catches up: it is checked on its own
+            # data time instead, so no slowdown or straggler slides by unobserved.
+            lagging = message.ts_ns + self.params.silent_after_ns < self.now_ns
+            if lagging and message.ts_ns >= detector.next_check_ns:
+                detector.next_check_ns = message.ts_ns + self.params.tick_ns
+                out.extend(self._check_job(message.job, detector, self.now_ns))
         elif isinstance(message, Link):
             out.extend(self.hardware.on_link(message))
         elif isinstance(message, Gpu):
@@ -152,9 +160,9 @@ class Engine:
         elif isinstance(message, Job):
             self.placements.update(message)
             if message.state == "stopped":
-                detector = self.jobs.pop(message.job, None)
-                if detector is not None:
-                    out.extend(detector.close(message.ts_ns))
+                stopped = self.jobs.pop(message.job, None)
+                if stopped is not None:
+                    out.extend(stopped.close(message.ts_ns))
             else:
                 self._job(message.job).on_job(message)
         elif isinstance(message, Route):
@@ -178,15 +186,19 @@ class Engine:
         out: list[Diagnosis] = []
         slow_paths = []
         for job, detector in self.jobs.items():
-            out.extend(detector.check(now_ns))
+            out.extend(self._check_job(job, detector, now_ns))
             slow_paths.extend(detector.slow_paths)
-            if not self.local_fabric and detector.slow_paths != self._reported_paths.get(job, []):
-                self._reported_paths[job] = list(detector.slow_paths)
-                self._changed_paths[job] = list(detector.slow_paths)
         out.extend(self.hardware.check(now_ns))
         if self.local_fabric:
             out.extend(self.fabric.check(now_ns, slow_paths))
         return out
+
+    def _check_job(self, job: str, detector: JobDetector, now_ns: int) -> list[Diagnosis]:
+        found = detector.check(now_ns)
+        if not self.local_fabric and detector.slow_paths != self._reported_paths.get(job, []):
+            self._reported_paths[job] = list(detector.slow_paths)
+            self._changed_paths[job] = list(detector.slow_paths)
+        return found
 
     def drain_slow_paths(self) -> dict[str, list[SlowPath]]:
         """Each job's slow paths that changed since the last call (for a remote correlator)."""

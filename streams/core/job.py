@@ -53,6 +53,8 @@ class JobDetector:
         self._stragglers: dict[str, dict[str, int]] = {}  # comm -> suspect key -> comm rank
         self._slow_keys: dict[str, str] = {}  # comm -> open comm_slow key
         self.slow_paths: list[SlowPath] = []
+        # Next check in this job's own data time, when its reports lag the clock.
+        self.next_check_ns = 0
 
     # --- input -----------------------------------------------------------------------
     def on_collective(self, message: Collective) -> None:
@@ -276,7 +278,7 @@ class JobDetector:
     def _check_slowdowns(self, now_ns: int, out: list[Diagnosis]) -> None:
         self.slow_paths = []
         for tracker in self.comms.values():
-            slowdowns = tracker.slowdowns(now_ns)
+            slowdowns = tracker.slowdowns()
             # Slow connections that no port explains are the fabric correlator's evidence
             # whether or not this job's operations slowed yet (a ring hides a slow hop
             # behind its latency on small messages).
