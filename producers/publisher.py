@@ -50,6 +50,14 @@ class DeliveryCounts:
     dropped_records: int = 0
 
 
+_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+
+
+def is_heartbeat_value(value: bytes) -> bool:
+    """Whether an encoded message is a heartbeat (a collective whose ops are empty)."""
+    return value.startswith(b'{"v":1,"kind":"collective"') and b'"seq":[]' in value
+
+
 def is_heartbeat(message: C4Model) -> bool:
     """A collective message with empty ops: the first thing to drop when the spool is full."""
     return isinstance(message, Collective) and len(message.ops) == 0
@@ -86,6 +94,7 @@ class Publisher:
         self._down_at = 0.0
         self._progress_at = monotonic()  # last produce into an empty queue, or last ack
         self._acked_at = 0.0
+        self._purged: list[Record] | None = None  # collects what close() takes back
         self.counts = DeliveryCounts()
 
     @property
@@ -175,6 +184,11 @@ class Publisher:
         self.counts.dropped_records = self._spool.counts.dropped_records
 
     def _delivered(self, error: KafkaError | None, record: Message) -> None:
+        if error is not None and self._purged is not None and error.code() in _PURGED:
+            topic, key, value = record.topic(), record.key(), record.value()
+            if topic is not None and value is not None:
+                self._purged.append(Record(topic, key or b"", value, is_heartbeat_value(value)))
+            return
         if error is None:
             self.counts.delivered += 1
             self._progress_at = self._acked_at = self._monotonic()
@@ -208,10 +222,18 @@ class Publisher:
             raise PublishError(error)
 
     def close(self, timeout_s: float = 10.0) -> int:
-        """Deliver what can be delivered in ``timeout_s``; what is left stays in the spool."""
-        left = self.drain(timeout_s) if self._spool is not None else self._producer.flush(timeout_s)
-        if self._spool is not None:
-            self._spool.close()
+        """Deliver what can be delivered in ``timeout_s``; what is left stays in the spool,
+        in order, for the next start (even what librdkafka held: it is purged and put back)."""
+        if self._spool is None:
+            return int(self._producer.flush(timeout_s))
+        left = self.drain(timeout_s)
+        if len(self._producer):
+            self._purged = []
+            self._producer.purge(in_queue=True, in_flight=True)
+            self._producer.flush(5.0)  # serves the purged messages' delivery reports
+            self._spool.prepend(self._purged)
+            self._purged = None
+        self._spool.close()
         return int(left)
 
 

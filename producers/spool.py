@@ -23,6 +23,7 @@ from producers import ProducerError
 _HEADER = struct.Struct(">IBHH")
 _HEARTBEAT = 1
 _OFFSET_FILE = "head.offset"
+FIRST_SEGMENT = 10**9
 
 
 class SpoolError(ProducerError):
@@ -132,8 +133,41 @@ class DiskSpool:
             self._bytes += sum(record.size for record in records[skip:])
 
     def _next_segment(self) -> Path:
-        number = int(self._segments[-1].stem) + 1 if self._segments else 1
+        # Numbering starts high, so that records handed back can go in front (`prepend`).
+        number = int(self._segments[-1].stem) + 1 if self._segments else FIRST_SEGMENT
         return self.folder / f"{number:012d}.seg"
+
+    def prepend(self, records: list[Record]) -> None:
+        """Put records back in front of the oldest, in the given order (what the publisher
+        had handed to librdkafka and could not deliver before it closed); no bound applies."""
+        if not records:
+            return
+        if self._segments:
+            self._rewrite_head_untaken()
+            number = int(self._segments[0].stem) - 1
+        else:
+            number = FIRST_SEGMENT
+        path = self.folder / f"{number:012d}.seg"
+        with path.open("wb") as out:
+            out.write(b"".join(_frame(record) for record in records))
+            out.flush()
+            os.fsync(out.fileno())
+        self._segments.appendleft(path)
+        self._head, self._head_total = None, 0
+        self._save_offset()
+        self._count += len(records)
+        self._bytes += sum(record.size for record in records)
+
+    def _rewrite_head_untaken(self) -> None:
+        """Rewrite the head segment without the records already taken from it."""
+        path = self._segments[0]
+        if self._tail is not None and len(self._segments) == 1:
+            self._close_tail()
+        records = list(self._load_head())
+        if len(records) != self._head_total:
+            temporary = path.with_suffix(".tmp")
+            temporary.write_bytes(b"".join(_frame(record) for record in records))
+            temporary.replace(path)
 
     def append(self, record: Record) -> None:
         """Add a record at the end, first dropping what must go to stay under the bound."""
