@@ -34,7 +34,12 @@ worker = create_detection_app(
         tick_s=0.2,
         snapshot_interval_s=0.5,
         topology=topology,
-        app_settings={"datadir": os.environ.get("C4_TEST_DATADIR") or tempfile.mkdtemp()},
+        app_settings={
+            "datadir": os.environ.get("C4_TEST_DATADIR") or tempfile.mkdtemp(),
+            # A killed member holds its partitions until its session times out: short here.
+            "broker_session_timeout": float(os.environ.get("C4_TEST_SESSION_TIMEOUT", "60")),
+            "broker_heartbeat_interval": 1.0,
+        },
     )
 )
 app = worker.app

@@ -41,6 +41,12 @@ class FaustWorker:
         log.close()  # the child holds its own descriptor
         return self
 
+    def kill(self) -> None:
+        """kill -9: no shutdown, no commit, no goodbye to the consumer group."""
+        assert self._process is not None
+        self._process.kill()
+        self._process.wait(30)
+
     def assert_alive(self) -> None:
         """Fail the test with the worker's last log lines when it has exited."""
         assert self._process is not None
