@@ -13,6 +13,7 @@ from c4 import (
     actions_cmd,
     agent_cmd,
     convert_cmd,
+    demo_cmd,
     diagnose_cmd,
     doctor,
     plan_cmd,
@@ -44,6 +45,7 @@ SUBCOMMANDS = (
     actions_cmd,
     agent_cmd,
     convert_cmd,
+    demo_cmd,
 )
 
 

@@ -100,6 +100,21 @@ class Cluster:
         """The job running on a node, if any (nodes are not shared)."""
         return next((job for job in self.jobs if node in job.nodes), None)
 
+    def path_links(self, src_port: str, dst_port: str, via: str | None) -> tuple[str, ...]:
+        """The fabric links between two ports through spine ``via`` (none within one leaf)."""
+        leaf_of = {
+            f"{node.id}/{port.id}": port.leaf
+            for node in self.topology.nodes
+            for port in node.ports
+        }
+        src, dst = leaf_of.get(src_port), leaf_of.get(dst_port)
+        if via is None or src is None or dst is None or src == dst:
+            return ()
+        named = {frozenset((link.a, link.b)): link.id for link in self.topology.links}
+        return tuple(
+            named[pair] for pair in (frozenset((src, via)), frozenset((dst, via))) if pair in named
+        )
+
 
 def local_port(gpu: int) -> str:
     """The NIC port of a GPU, inside its node."""

@@ -129,8 +129,9 @@ def job_effects(cluster: Cluster, scenario: Scenario, job: PlacedJob) -> JobEffe
         elif isinstance(fault, FabricLinkDown):
             window = Window(onset, None, DOWN_SHARE)
             link_windows.setdefault(fault.link, []).append(window)
+    moves = _path_moves(cluster, scenario, job)
     bandwidth = {
-        comm.id: _bandwidth(comm, scenario.start_ns, port_windows, link_windows)
+        comm.id: _bandwidth(comm, scenario.start_ns, port_windows, link_windows, moves)
         for comm in job.comms
         if comm.ring is not None
     }
@@ -164,33 +165,77 @@ def _conns_touching_port(comm: Comm, port: str) -> frozenset[int]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Path:
+    """What a ring connection crosses from ``since_ns``: its two ports and fabric links."""
+
+    since_ns: int
+    src_port: str
+    dst_port: str
+    links: tuple[str, ...]
+
+
+def _path_moves(cluster: Cluster, scenario: Scenario, job: PlacedJob) -> dict[str, list[Path]]:
+    """Per ``comm/src->dst`` of this job, the paths it was moved to (``path_changes``)."""
+    moves: dict[str, list[Path]] = {}
+    conns = {
+        f"{job.spec.id}/{comm.id}/{conn.src}->{conn.dst}": conn
+        for comm in job.comms
+        for conn in comm.ring or ()
+    }
+    prefix = f"{job.spec.id}/"
+    for change in sorted(scenario.path_changes, key=lambda c: c.at_s):
+        conn = conns.get(change.flow)
+        if conn is None:
+            continue
+        src = change.src_port or conn.src_port
+        dst = change.dst_port or conn.dst_port
+        links = cluster.path_links(src, dst, change.via)
+        moves.setdefault(change.flow.removeprefix(prefix), []).append(
+            Path(at_ns(scenario, change.at_s), src, dst, links)
+        )
+    return moves
+
+
 def _bandwidth(
     comm: Comm,
     start_ns: int,
     port_windows: Mapping[str, list[Window]],
     link_windows: Mapping[str, list[Window]],
+    moves: Mapping[str, list[Path]],
 ) -> Bandwidth:
     assert comm.ring is not None  # noqa: S101 - only ring communicators are asked
-    per_conn: list[list[Window]] = []
-    for conn in comm.ring:
-        windows = list(port_windows.get(conn.src_port, ()))
-        if conn.dst_port != conn.src_port:
-            windows += port_windows.get(conn.dst_port, ())
-        for link in conn.links:
-            windows += link_windows.get(link, ())
-        per_conn.append(windows)
+    # Per connection: its paths over time, each with the windows that slow it.
+    per_conn: list[list[tuple[Path, list[Window]]]] = []
     changes = {start_ns}
-    for windows in per_conn:
-        for window in windows:
-            changes.add(window.start_ns)
-            if window.end_ns is not None:
-                changes.add(window.end_ns)
+    for conn in comm.ring:
+        flow = f"{comm.id}/{conn.src}->{conn.dst}"
+        paths = [Path(start_ns, conn.src_port, conn.dst_port, conn.links)]
+        paths += moves.get(flow, [])
+        timed = []
+        for path in paths:
+            windows = list(port_windows.get(path.src_port, ()))
+            if path.dst_port != path.src_port:
+                windows += port_windows.get(path.dst_port, ())
+            for link in path.links:
+                windows += link_windows.get(link, ())
+            timed.append((path, windows))
+            changes.add(path.since_ns)
+            for window in windows:
+                changes.add(window.start_ns)
+                if window.end_ns is not None:
+                    changes.add(window.end_ns)
+        per_conn.append(timed)
     starts = tuple(sorted(changes))
     speeds: list[tuple[float, ...]] = []
     for t in starts:
         row = []
-        for conn, windows in zip(comm.ring, per_conn, strict=True):
+        for conn, timed in zip(comm.ring, per_conn, strict=True):
             gbps = conn.gbps
+            windows = timed[0][1]
+            for path, path_windows in timed:
+                if path.since_ns <= t:
+                    windows = path_windows
             for window in windows:
                 if window.active(t):
                     gbps *= window.factor

@@ -166,6 +166,20 @@ FAULT_TYPES: tuple[str, ...] = (
 )
 
 
+class PathChange(_Strict):
+    """From ``at_s`` a ring connection takes another path (a reroute the fabric applied).
+
+    ``flow`` is ``job/comm/src->dst`` as in the route plans; ``via`` the new spine (None:
+    through one leaf); ``src_port``/``dst_port`` the ports when it failed over to others.
+    """
+
+    at_s: Seconds
+    flow: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9._:/~>-]+$")]
+    via: Name | None
+    src_port: Name | None = None
+    dst_port: Name | None = None
+
+
 class FabricShape(_Strict):
     """The fabric generated when no topology is given."""
 
@@ -193,6 +207,8 @@ class Scenario(_Strict):
     jobs: tuple[JobSpec, ...] = Field(min_length=1, max_length=4096)
     checkpoints: tuple[Checkpoint, ...] = ()
     faults: tuple[Fault, ...] = ()
+    # Reroutes applied while the run goes on (a live run adds those its route plans make).
+    path_changes: tuple[PathChange, ...] = ()
 
     @model_validator(mode="after")
     def _check_names(self) -> Self:

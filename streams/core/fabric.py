@@ -4,6 +4,9 @@ A connection that is slow while neither of its ports is (no port shared by two s
 connections) points at its path. Paths of several connections, of one or more jobs, that
 cross one leaf-spine link point at that link; when the paths are unknown (no route plan),
 they can only point at the leaf they share.
+
+A connection whose path just changed (a reroute) votes for nothing for a while: its slowness
+was measured on samples of its old path, and its new path would be blamed for it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from streams.core.job import SlowPath
 RESOLVE_AFTER_CHECKS = 8
 MIN_PATHS = 2
 TIE_PATIENCE = 12
+# A connection's throughput is the median of its last few reports: after its path changed,
+# its samples describe the old path for about that long.
+REROUTE_SETTLE_NS = 5_000_000_000
 
 
 class FabricCorrelator:
@@ -41,6 +47,8 @@ class FabricCorrelator:
                 self._spines_of[leaf].append(spine)
         self.quiet: dict[str, int] = {}
         self.tie_checks = 0
+        # (job, flow) of each current slow path -> (its spine, event time it took that spine)
+        self.vias: dict[tuple[str, str], tuple[str | None, int]] = {}
 
     @property
     def knows_paths(self) -> bool:
@@ -65,7 +73,20 @@ class FabricCorrelator:
         votes: Counter[str] = Counter()
         jobs: dict[str, set[str]] = defaultdict(set)
         exact = True
-        for path in {(p.job, p.flow): p for p in slow_paths}.values():
+        current = {(p.job, p.flow): p for p in slow_paths}
+        vias: dict[tuple[str, str], tuple[str | None, int]] = {}
+        for flow, path in current.items():
+            known = self.vias.get(flow)
+            if known is None:
+                vias[flow] = (path.via, -REROUTE_SETTLE_NS)  # first seen slow: counts at once
+            elif known[0] != path.via:
+                vias[flow] = (path.via, now_ns)  # moved: its samples are of the old path
+            else:
+                vias[flow] = known
+        self.vias = vias
+        for flow, path in current.items():
+            if now_ns - vias[flow][1] < REROUTE_SETTLE_NS:
+                continue
             exact = exact and path.via is not None
             for link in self._candidates(path):
                 votes[link] += 1
@@ -162,6 +183,10 @@ class FabricHub:
             "findings": self.correlator.book.state(),
             "quiet": self.correlator.quiet,
             "tie_checks": self.correlator.tie_checks,
+            "vias": [
+                [job, flow, via, since]
+                for (job, flow), (via, since) in self.correlator.vias.items()
+            ],
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -172,3 +197,6 @@ class FabricHub:
         self.correlator.book.restore(state["findings"])
         self.correlator.quiet = dict(state["quiet"])
         self.correlator.tie_checks = int(state["tie_checks"])
+        self.correlator.vias = {
+            (job, flow): (via, int(since)) for job, flow, via, since in state.get("vias", ())
+        }

@@ -3,6 +3,8 @@ from __future__ import annotations
 from schemas.files import FabricLink, Switch, Topology, TopologyNode, TopologyPort
 from schemas.messages import Diagnosis, Route, RoutePath
 from streams.core.engine import Engine
+from streams.core.fabric import FabricCorrelator
+from streams.core.job import SlowPath
 from tests.unit.ring_job import MS, T0, RingJob
 
 # node-000 and node-002 hang off leaf-a0, node-001 off leaf-a1, node-003 off leaf-a2.
@@ -101,3 +103,24 @@ def test_paths_of_one_leaf_pair_name_the_spine_they_share() -> None:
     assert [(d.class_, d.suspects[0].type, d.suspects[0].id) for d in found] == [
         ("link_degraded", "switch", "spine-a-0")
     ]
+
+
+def test_a_rerouted_path_does_not_blame_its_new_link_with_old_samples() -> None:
+    correlator = FabricCorrelator(topology())
+    s = 1_000_000_000
+
+    def paths(via: str) -> list[SlowPath]:
+        # Two slow connections leaf-a0 -> leaf-a1 and leaf-a0 -> leaf-a2 over one spine.
+        return [
+            SlowPath("job-1", "job-1/c/7->8", "node-000/mlx5_7:1", "node-001/mlx5_0:1", via),
+            SlowPath("job-2", "job-2/c/7->8", "node-002/mlx5_7:1", "node-003/mlx5_0:1", via),
+        ]
+
+    fired = correlator.check(T0, paths("spine-a-1"))
+    assert [(d.class_, d.suspects[0].id) for d in fired] == [("link_degraded", "leaf-a0~spine-a-1")]
+    # Rerouted to spine-a-0: the same slow samples for a few more reports name nothing new.
+    for step in range(1, 5):
+        assert correlator.check(T0 + step * s, paths("spine-a-0")) == []
+    # Still slow on the new path once its samples are its own: that link is named.
+    fired = correlator.check(T0 + 6 * s, paths("spine-a-0"))
+    assert [d.suspects[0].id for d in fired if d.state == "firing"] == ["leaf-a0~spine-a-0"]

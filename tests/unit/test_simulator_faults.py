@@ -221,6 +221,38 @@ def test_fabric_link_down_makes_the_connections_over_it_crawl() -> None:
     assert truth[0].classes == ("link_down", "link_degraded")
 
 
+def test_a_path_change_takes_a_connection_off_a_dark_link() -> None:
+    document = case()
+    document["fabric"] = {"nodes_per_leaf": 2, "spines": 2}
+    cluster = build_cluster(None, scenario_from(document))
+    job = cluster.job("job-1")
+    dp = job.comms[0]
+    crossing = [conn for conn in dp.ring or () if conn.links]
+    link = crossing[0].links[0]
+    over = [c for c in crossing if link in c.links]
+    document["faults"] = [{"type": "fabric_link_down", "link": link, "at_s": 5}]
+    spines = {"spine-a-0", "spine-a-1"}
+    document["path_changes"] = [
+        {"at_s": 15, "flow": f"job-1/{dp.id}/{c.src}->{c.dst}", "via": (spines - {c.via}).pop()}
+        for c in over
+    ]
+    _, messages = run(document)
+    shortest = {seq: min(d.values()) for seq, d in durations(messages, "job-1", 32).items()}
+    by_enter: dict[int, int] = {}
+    for m in collectives(messages, "job-1"):
+        if m.comm_size == 32:
+            for seq, enter in zip(m.ops.seq, m.ops.enter_ns, strict=True):
+                by_enter[seq] = min(by_enter.get(seq, enter), enter)
+
+    def typical(lo_s: float, hi_s: float) -> float:
+        seqs = [s for s, t in by_enter.items() if T0 + lo_s * S < t < T0 + hi_s * S]
+        return median(shortest[s] for s in seqs if s in shortest)
+
+    before, dark, after = typical(1, 4), typical(7, 14), typical(17, 28)
+    assert dark > 3 * before  # crawling over the dark link
+    assert after < 1.2 * before  # rerouted: back to speed
+
+
 def test_fabric_link_down_names_a_known_link() -> None:
     document = case()
     document["faults"] = [{"type": "fabric_link_down", "link": "leaf-0a~spine-x", "at_s": 1}]

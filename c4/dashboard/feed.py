@@ -1,0 +1,133 @@
+"""What the dashboard and the demo read from Kafka: diagnoses, actions, routes, job placements.
+
+One consumer thread (its own group, from the earliest offset) decodes every message of the
+four topics and keeps them in memory; readers take a consistent copy with `view`.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError
+
+from schemas.codec import decode
+from schemas.messages import Action, Diagnosis, Job, Route
+from schemas.topics import ACTION, DIAGNOSIS, JOB, ROUTE
+
+MAX_KEPT = 20_000  # per kind: a long-running dashboard keeps the newest
+
+
+@dataclass(frozen=True, slots=True)
+class FeedView:
+    """A copy of what the feed has seen so far."""
+
+    diagnoses: tuple[Diagnosis, ...] = ()
+    actions: tuple[Action, ...] = ()
+    routes: tuple[Route, ...] = ()
+    jobs: tuple[Job, ...] = ()
+    rejected: int = 0
+
+    def open_findings(self) -> list[Diagnosis]:
+        """Firing diagnoses not resolved since, oldest first."""
+        state: dict[str, Diagnosis] = {}
+        for diagnosis in self.diagnoses:
+            if diagnosis.state == "firing":
+                state.setdefault(diagnosis.id, diagnosis)
+            else:
+                state[diagnosis.id] = diagnosis
+        return [d for d in state.values() if d.state == "firing"]
+
+    def latest_jobs(self) -> list[Job]:
+        """Each job's newest placement."""
+        latest: dict[str, Job] = {}
+        for job in self.jobs:
+            if job.job not in latest or job.ts_ns >= latest[job.job].ts_ns:
+                latest[job.job] = job
+        return [latest[name] for name in sorted(latest)]
+
+
+@dataclass(slots=True)
+class _Kept:
+    diagnoses: list[Diagnosis] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
+    rejected: int = 0
+
+
+class Feed:
+    """A background consumer of the diagnosis, action, route and job topics."""
+
+    def __init__(self, client_config: dict[str, Any], topic_prefix: str, group: str = "") -> None:
+        self._config = {
+            **client_config,
+            "group.id": group or f"c4-dashboard-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+        self._topics = [topic_prefix + t.name for t in (DIAGNOSIS, ACTION, ROUTE, JOB)]
+        self._kept = _Kept()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="c4-feed", daemon=True)
+        self.error: str | None = None
+
+    def start(self) -> Feed:
+        """Start consuming in the background."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the consumer and wait for its thread."""
+        self._stop.set()
+        self._thread.join(15)
+
+    def view(self) -> FeedView:
+        """A copy of everything seen so far."""
+        with self._lock:
+            kept = self._kept
+            return FeedView(
+                tuple(kept.diagnoses),
+                tuple(kept.actions),
+                tuple(kept.routes),
+                tuple(kept.jobs),
+                kept.rejected,
+            )
+
+    def _run(self) -> None:
+        consumer = Consumer(self._config)
+        try:
+            consumer.subscribe(self._topics)
+            while not self._stop.is_set():
+                for record in consumer.consume(500, 0.2):
+                    error = record.error()
+                    if error is not None:
+                        if error.code() != KafkaError._PARTITION_EOF:  # noqa: SLF001
+                            self.error = str(error)
+                        continue
+                    self._keep(decode(record.value() or b""))
+        finally:
+            consumer.close()
+
+    def _keep(self, message: object) -> None:
+        with self._lock:
+            kept = self._kept
+            if isinstance(message, Diagnosis):
+                _append(kept.diagnoses, message)
+            elif isinstance(message, Action):
+                _append(kept.actions, message)
+            elif isinstance(message, Route):
+                _append(kept.routes, message)
+            elif isinstance(message, Job):
+                _append(kept.jobs, message)
+            else:
+                kept.rejected += 1
+
+
+def _append(items: list[Any], item: Any) -> None:
+    items.append(item)
+    if len(items) > MAX_KEPT:
+        del items[: len(items) - MAX_KEPT]

@@ -1,0 +1,89 @@
+"""The demo's worker processes: started with their own environment and log file, stopped by pid.
+
+Only processes this module started are ever signalled: SIGTERM first, SIGKILL after a grace.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from c4.demo import DemoError
+
+STOP_GRACE_S = 20.0
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_answers(port: int, timeout_s: float = 0.3) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:port."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+class Child:
+    """One ``c4 ...`` subprocess, its output in a log file."""
+
+    def __init__(
+        self, name: str, args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path
+    ) -> None:
+        self.name = name
+        self.log = log
+        with log.open("wb") as out:
+            self._process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+                [sys.executable, "-m", "c4.cli", *args],
+                cwd=cwd,
+                env=dict(env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C of the demo reaches the demo, which stops us
+            )
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self._process.pid
+
+    def check(self) -> None:
+        """Raise `DemoError` with the log's last line when the process has exited."""
+        code = self._process.poll()
+        if code is not None:
+            lines = self.log.read_text(errors="replace").strip().splitlines()
+            last = lines[-1] if lines else "(no output)"
+            message = f"{self.name} exited {code}: {last} (log {self.log})"
+            raise DemoError(message)
+
+    def wait_port(self, port: int, timeout_s: float) -> None:
+        """Wait until the process listens on ``port``, or raise `DemoError`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check()
+            if port_answers(port):
+                return
+            time.sleep(0.2)
+        message = f"{self.name} did not open port {port} in {timeout_s:.0f} s (log {self.log})"
+        raise DemoError(message)
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after a grace period; the exit code."""
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(10)
+        return self._process.returncode

@@ -1,0 +1,506 @@
+"""``c4 demo``, end to end: stack, topics, topology and spares, workers, live simulator, verdict.
+
+Every run has its own topic prefix, Redis key prefix, Faust app id and consumer groups, so a
+rerun never sees an earlier run's data. The streams worker and the actions worker run as
+subprocesses (logs in the report folder); the job launcher and the alert receiver are real
+HTTP servers in this process; the simulator publishes live, paced in event time. The run
+ends with the timeline (per injected fault: diagnosis, detection latency, actions) and the
+HTML report, and stops everything it started (the local stack only if it started it).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import orjson
+import redis
+import yaml
+from confluent_kafka.admin import AdminClient
+
+from actions.plan_store import PlanStore
+from actions.planner.reroute import CurrentPlan, job_flows
+from actions.state.store import RedisState
+from actions.worker import EXECUTORS
+from c4.dashboard.feed import Feed
+from c4.dashboard.model import link_loads
+from c4.dashboard.server import DashboardServer, Source
+from c4.demo import DemoError
+from c4.demo.live_sim import LiveSimulator
+from c4.demo.processes import Child, free_port
+from c4.demo.receivers import Receivers
+from c4.demo.report import WallClock, write_report
+from c4.demo.timeline import Timeline, build_timeline, format_rows, table, verdict
+from c4.inputs import load_document
+from c4.settings import Settings
+from c4.simulate_cmd import place
+from c4.stack import stack_down, stack_up
+from c4.topics import create_topics
+from producers.simulator import Scenario, ScenarioError, ground_truth, parse_scenario
+from producers.simulator.cluster import Cluster
+from producers.simulator.run import job_message
+from producers.simulator.truth import Truth
+from schemas.codec import encode
+from schemas.files import Plan, PlanPath, Topology
+from topology.generate import Shape, ShapeError, generate
+from topology.model import Fabric
+
+HOOK_SECRET_ENV = "C4_DEMO_HOOK_SECRET"  # noqa: S105 - the name of the variable
+PARTITIONS = 2  # a demo on a laptop: fewer partitions, fewer Faust tasks
+PROGRESS_EVERY_S = 5.0
+PLAY_ON_S = 4.0  # wall seconds the simulator runs on once every fault was acted on
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    """What ``c4 demo`` was asked for."""
+
+    report: Path
+    scenario: str | None = None  # None: the built-in three-job scenario
+    topology: str | None = None  # None: generated (nodes x 8 GPUs x 8 dual-port NICs, 2 planes)
+    nodes: int = 32
+    spines: int = 4
+    duration: float | None = None  # None: the scenario's own
+    speed: float = 1.0
+    settle_s: float = 25.0  # after the simulator: how long to wait for the last actions
+    dashboard_port: int | None = 0  # None: no dashboard; 0: any free port
+    keep_topics: bool = False
+    # False: stop the simulator a few seconds after every fault was acted on. The simulator
+    # replays a scripted run and does not follow reroutes: played on, it would keep the
+    # rerouted connections slow and the detectors would rightly blame their new paths.
+    full: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a demo run produced."""
+
+    timeline: Timeline
+    report: Path
+    wall_s: float
+
+
+def load_demo_scenario(path: str | None, duration: float | None) -> Scenario:
+    """The scenario file (or the built-in one), with ``duration`` replacing its length."""
+    if path is None:
+        data = resources.files("c4.demo").joinpath("scenario.json").read_bytes()
+        source = "built-in demo scenario"
+    else:
+        data = Path(path).read_bytes()
+        source = path
+    try:
+        scenario = parse_scenario(data, source)
+    except ScenarioError as error:
+        raise DemoError(str(error)) from None
+    if duration is not None:
+        scenario = scenario.model_copy(update={"duration_s": duration})
+    return scenario
+
+
+def demo_topology(options: DemoOptions) -> Topology:
+    """The topology file given, or a generated one."""
+    if options.topology is not None:
+        return load_document(options.topology, "topology", Topology)
+    try:
+        return generate(Shape(nodes=options.nodes, spines=options.spines, nics=8, planes=2))
+    except ShapeError as error:
+        raise DemoError(str(error)) from None
+
+
+def spare_nodes(cluster: Cluster) -> list[str]:
+    """The nodes no job runs on: the spare pool."""
+    busy = {node for job in cluster.jobs for node in job.nodes}
+    return [node.id for node in cluster.topology.nodes if node.id not in busy]
+
+
+def simulator_plan(topology: Topology, cluster: Cluster, ts_ns: int) -> CurrentPlan:
+    """The simulated fabric's routes as the plan in force (it runs under C4P: ``p-sim``).
+
+    With it in the plan store, a reroute moves only the flows that crossed the failed link,
+    as it would on a real fabric, instead of planning every flow afresh.
+    """
+    fabric = Fabric.from_topology(topology)
+    conns = {
+        f"{job.spec.id}/{comm.id}/{conn.src}->{conn.dst}": conn
+        for job in cluster.jobs
+        for comm in job.comms
+        for conn in comm.ring or ()
+    }
+    jobs = [job_message(job, ts_ns) for job in cluster.jobs]
+    paths = []
+    vias: dict[str, str | None] = {}
+    for flow in job_flows(fabric, jobs).flows:
+        conn = conns.get(flow.id)
+        via = conn.via if conn is not None else None
+        links = (flow.src, *conn.links, flow.dst) if conn is not None else (flow.src, flow.dst)
+        vias[flow.id] = via
+        paths.append(PlanPath(flow=flow.id, via=via, links=links))
+    loads, _, _ = link_loads(fabric, jobs, vias)
+    speeds = {link.id: link.gbps for link in topology.links}
+    worst = max((load / speeds[link] for link, load in loads.items()), default=0.0)
+    plan = Plan(v=1, kind="plan", paths=tuple(paths), max_util=round(worst, 6))
+    return CurrentPlan("p-sim", plan, (), ts_ns)
+
+
+def actions_config(hooks_url: str, reroute: bool) -> dict[str, object]:
+    """The actions worker's configuration: act on every class, launcher and receiver here."""
+    hard = ["isolate", "restart", "alert"]
+    links = ["reroute", "alert"] if reroute else ["isolate", "alert"]
+    return {
+        "policy": {
+            "classes": {
+                "noncomm_hang": hard,
+                "gpu_fault": hard,
+                "node_down": hard,
+                # C4 takes a straggling GPU's node out and restarts the job on a spare.
+                "noncomm_slow": hard,
+                "comm_slow": ["isolate", "alert"],
+                "comm_hang": ["isolate", "alert"],
+                "link_down": links,
+                "link_degraded": links,
+            },
+        },
+        "retry": {"tries": 4, "backoff_s": 0.2, "max_backoff_s": 2},
+        "launcher": {"webhook": {"url": f"{hooks_url}/launch", "secret_env": HOOK_SECRET_ENV}},
+        "receivers": [
+            {"name": "demo-oncall", "url": f"{hooks_url}/alert", "secret_env": HOOK_SECRET_ENV}
+        ],
+    }
+
+
+def _kafka_answers(settings: Settings) -> bool:
+    admin = AdminClient({**settings.kafka_client_config(), "socket.timeout.ms": 3000})
+    try:
+        admin.list_topics(timeout=4)
+    except Exception:  # noqa: BLE001 - any failure means "not reachable"
+        return False
+    return True
+
+
+def _redis_answers(settings: Settings) -> bool:
+    password = settings.redis_password.get_secret_value() if settings.redis_password else None
+    client = redis.Redis.from_url(settings.redis_url, password=password, socket_timeout=3)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def ensure_stack(settings: Settings, say: Say) -> bool:
+    """Use the configured Kafka and Redis, or start the local stack; True if this started it."""
+    if _kafka_answers(settings) and _redis_answers(settings):
+        say(f"stack: using Kafka {settings.kafka_bootstrap} and Redis {settings.redis_url}")
+        return False
+    host = settings.kafka_bootstrap.split(",")[0].rsplit(":", 1)[0]
+    if host not in LOCAL_HOSTS:
+        message = f"Kafka at {settings.kafka_bootstrap} or Redis at {settings.redis_url} is away"
+        raise DemoError(message)
+    say("stack: starting the local Kafka and Redis (c4 stack up)")
+    statuses = stack_up(settings, progress=lambda line: say(f"stack: {line}"))
+    return any(status.detail != "already running" for status in statuses)
+
+
+def _delete_topics(settings: Settings, prefixes: tuple[str, ...]) -> int:
+    admin = AdminClient(settings.kafka_client_config())
+    names = [n for n in admin.list_topics(timeout=10).topics if n.startswith(prefixes)]
+    if names:
+        for future in admin.delete_topics(names, operation_timeout=30).values():
+            future.result(30)
+    return len(names)
+
+
+class DemoRun:
+    """One run of the demo; `run` returns its outcome, `close` stops what it started."""
+
+    def __init__(self, options: DemoOptions, settings: Settings, say: Say) -> None:
+        self.options = options
+        self.say = say
+        self.run_id = uuid.uuid4().hex[:8]
+        self.settings = settings.model_copy(
+            update={
+                "topic_prefix": f"{settings.topic_prefix}demo-{self.run_id}.",
+                "redis_key_prefix": f"{settings.redis_key_prefix}:demo:{self.run_id}",
+                "topic_partitions": PARTITIONS,
+            }
+        )
+        self.app_id = f"c4-demo-{self.run_id}"
+        self.report = options.report
+        self.logs = options.report / "logs"
+        self._children: list[Child] = []
+        self._started_stack = False
+        self._receivers: Receivers | None = None
+        self._feed: Feed | None = None
+        self._dashboard: DashboardServer | None = None
+        self._state: RedisState | None = None
+        self._simulator: LiveSimulator | None = None
+        self.dashboard_url: str | None = None
+
+    # --- set-up -----------------------------------------------------------------------
+    def _env(self, secret: str) -> dict[str, str]:
+        s = self.settings
+        return {
+            **os.environ,
+            "C4_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+            "C4_REDIS_URL": s.redis_url,
+            "C4_TOPIC_PREFIX": s.topic_prefix,
+            "C4_TOPIC_PARTITIONS": str(s.topic_partitions),
+            "C4_REDIS_KEY_PREFIX": s.redis_key_prefix,
+            HOOK_SECRET_ENV: secret,
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def _prepare(self) -> tuple[Topology, Scenario, Cluster, list[Truth], list[str]]:
+        options = self.options
+        self.logs.mkdir(parents=True, exist_ok=True)
+        scenario = load_demo_scenario(options.scenario, options.duration)
+        topology = demo_topology(options)
+        try:
+            cluster = place(topology, scenario, options.scenario or "demo scenario")
+        except ScenarioError as error:
+            raise DemoError(str(error)) from None
+        truths = ground_truth(topology, scenario, cluster)
+        (self.report / "topology.json").write_bytes(encode(topology) + b"\n")
+        return topology, scenario, cluster, truths, spare_nodes(cluster)
+
+    def _write_inputs(self, scenario: Scenario, truths: list[Truth]) -> None:
+        (self.report / "scenario.json").write_bytes(
+            orjson.dumps(scenario.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
+        )
+        (self.report / "truth.jsonl").write_bytes(
+            b"".join(orjson.dumps(t.as_dict()) + b"\n" for t in truths)
+        )
+
+    def _start_workers(self, secret: str) -> None:
+        env = self._env(secret)
+        reroute = any(executor.name == "reroute" for executor in EXECUTORS)
+        config_path = self.report / "actions.yaml"
+        config_path.write_text(yaml.safe_dump(actions_config(self._receivers_url(), reroute)))
+        web_port, streams_metrics, actions_metrics = free_port(), free_port(), free_port()
+        clock_rate = str(self.options.speed)
+        streams = Child(
+            "streams worker",
+            [
+                "streams",
+                "worker",
+                "--app-id",
+                self.app_id,
+                "--topology",
+                str(self.report / "topology.json"),
+                "--clock-rate",
+                clock_rate,
+                "--web-port",
+                str(web_port),
+                "--metrics-port",
+                str(streams_metrics),
+                "--loglevel",
+                "warn",
+            ],
+            env,
+            self.logs,
+            self.logs / "streams-worker.log",
+        )
+        self._children.append(streams)
+        actions = Child(
+            "actions worker",
+            [
+                "actions",
+                "worker",
+                "--config",
+                str(config_path),
+                "--group",
+                f"{self.app_id}-actions",
+                "--metrics-port",
+                str(actions_metrics),
+            ],
+            env,
+            self.logs,
+            self.logs / "actions-worker.log",
+        )
+        self._children.append(actions)
+        actions.wait_port(actions_metrics, 60)
+        streams.wait_port(web_port, 120)
+        self.say(
+            f"workers: streams (pid {streams.pid}, metrics :{streams_metrics}), "
+            f"actions (pid {actions.pid}, metrics :{actions_metrics}); logs in {self.logs}"
+        )
+
+    def _receivers_url(self) -> str:
+        assert self._receivers is not None  # noqa: S101 - started before the workers
+        return self._receivers.url
+
+    # --- the run ----------------------------------------------------------------------
+    def run(self) -> Outcome:
+        """Everything from the stack to the report; raises `DemoError` on a broken set-up."""
+        began = time.monotonic()
+        say = self.say
+        self._started_stack = ensure_stack(self.settings, say)
+        topology, scenario, cluster, truths, spares = self._prepare()
+        created = create_topics(self.settings, partitions=PARTITIONS)
+        say(f"topics: {len(created)} under prefix {self.settings.topic_prefix}")
+        self._state = RedisState.connect(
+            self.settings.redis_url,
+            self.settings.redis_password.get_secret_value()
+            if self.settings.redis_password
+            else None,
+            self.settings.redis_key_prefix,
+        )
+        counts = self._state.load_topology(topology)
+        now = time.time_ns()
+        for node in spares:
+            self._state.add_spare(node, now, now // 1_000_000, "c4-demo")
+        say(
+            f"cluster state: {counts.get('node', 0)} nodes, {counts.get('link', 0)} fabric links,"
+            f" {len(spares)} spares under {self.settings.redis_key_prefix}"
+        )
+        plans = PlanStore(self._state.client, f"{self.settings.redis_key_prefix}:plan:")
+        plans.replace(simulator_plan(topology, cluster, time.time_ns()), None)
+        secret = secrets.token_hex(16)
+        self._receivers = Receivers(secret.encode()).start()
+        self._start_workers(secret)
+        self._feed = Feed(
+            self.settings.kafka_client_config(), self.settings.topic_prefix, f"{self.app_id}-feed"
+        ).start()
+        if self.options.dashboard_port is not None:
+            source = Source(self._state, self._feed, f"c4 demo {self.run_id}")
+            self._dashboard = DashboardServer(source, port=self.options.dashboard_port).start()
+            self.dashboard_url = self._dashboard.url
+            say(f"dashboard: {self.dashboard_url}")
+        # The simulated cluster runs now: its event time is the wall clock the workers stamp
+        # their own records with (placements, routes), as a real cluster's agents would.
+        scenario = scenario.model_copy(update={"start_ns": time.time_ns()})
+        truths = ground_truth(topology, scenario, cluster)
+        self._write_inputs(scenario, truths)
+        jobs = ", ".join(f"{j.spec.id} ({j.spec.ranks} GPUs)" for j in cluster.jobs)
+        say(f"simulator: {jobs}; {len(truths)} faults scripted; speed x{self.options.speed}")
+        for truth in truths:
+            at = (truth.onset_ns - scenario.start_ns) / 1e9
+            say(f"  at {at:5.1f} s  {truth.type:<22} {truth.suspect_id}")
+        self._simulator = LiveSimulator(
+            cluster, scenario, self.settings, self.options.speed, plans.current
+        )
+        self._simulator.start()
+        try:
+            self._watch(scenario, truths)
+        finally:
+            self._save_records()
+        view = self._feed.view()
+        timeline = build_timeline(scenario.start_ns, truths, view.diagnoses, view.actions)
+        started = self._simulator.wall_start_ns or time.time_ns()
+        clock = WallClock(started, scenario.start_ns, self.options.speed)
+        path = write_report(
+            self.report,
+            timeline,
+            view,
+            topology,
+            clock,
+            self._receivers.calls(),
+            wall_s=time.monotonic() - began,
+        )
+        return Outcome(timeline, path, time.monotonic() - began)
+
+    def _watch(self, scenario: Scenario, truths: list[Truth]) -> None:
+        """Progress lines while the simulator runs, then wait for the last actions to land."""
+        assert self._simulator is not None and self._feed is not None  # noqa: S101
+        simulator, feed = self._simulator, self._feed
+        next_line = time.monotonic()
+        all_done: float | None = None
+        while simulator.is_alive():
+            for child in self._children:
+                child.check()
+            now = time.monotonic()
+            if now >= next_line:
+                next_line += PROGRESS_EVERY_S
+                if self._progress(scenario, truths) and all_done is None:
+                    all_done = now
+            if not self.options.full and all_done is not None and now > all_done + PLAY_ON_S:
+                self.say("every fault acted on: stopping the simulator (--full plays it out)")
+                simulator.cancel()
+                simulator.join(30)
+            time.sleep(0.25)
+        if simulator.error is not None:
+            message = f"simulator: {simulator.error}"
+            raise DemoError(message)
+        self.say(f"simulator: done, {simulator.sent} messages; waiting for the last actions")
+        deadline = time.monotonic() + self.options.settle_s
+        while time.monotonic() < deadline:
+            for child in self._children:
+                child.check()
+            view = feed.view()
+            timeline = build_timeline(scenario.start_ns, truths, view.diagnoses, view.actions)
+            if all(row.ok for row in timeline.rows):
+                time.sleep(2.0)  # a last straggling false finding would show here
+                break
+            time.sleep(0.5)
+        self._progress(scenario, truths)
+
+    def _progress(self, scenario: Scenario, truths: list[Truth]) -> bool:
+        """Print one progress line; whether every fault is diagnosed and acted on."""
+        assert self._simulator is not None and self._feed is not None  # noqa: S101
+        view = self._feed.view()
+        timeline = build_timeline(scenario.start_ns, truths, view.diagnoses, view.actions)
+        found = sum(1 for row in timeline.rows if row.finding is not None)
+        acted = sum(1 for row in timeline.rows if row.ok)
+        event_s = (self._simulator.event_ns - scenario.start_ns) / 1e9
+        receivers = self._receivers
+        calls = len(receivers.calls()) if receivers else 0
+        self.say(
+            f"t={event_s:5.1f}/{scenario.duration_s:.0f} s  {self._simulator.sent} msgs  "
+            f"faults diagnosed {found}/{len(truths)}, acted on {acted}/{len(truths)}  "
+            f"findings {len(view.open_findings())} open  actions {len(view.actions)}  "
+            f"webhook calls {calls}"
+        )
+        return acted == len(truths)
+
+    def _save_records(self) -> None:
+        assert self._feed is not None  # noqa: S101
+        view = self._feed.view()
+        for name, items in (
+            ("diagnoses", view.diagnoses),
+            ("actions", view.actions),
+            ("routes", view.routes),
+        ):
+            (self.report / f"{name}.jsonl").write_bytes(b"".join(encode(m) + b"\n" for m in items))
+
+    # --- tear-down --------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop everything this run started, newest first; never a stack it did not start."""
+        if self._simulator is not None:
+            self._simulator.cancel()
+            self._simulator.join(10)
+        if self._dashboard is not None:
+            self._dashboard.stop()
+        for child in reversed(self._children):
+            child.stop()
+        if self._feed is not None:
+            self._feed.stop()
+        if self._receivers is not None:
+            self._receivers.stop()
+        if self._state is not None:
+            self._state.close()
+        if not self.options.keep_topics:
+            try:
+                _delete_topics(self.settings, (self.settings.topic_prefix, self.app_id))
+            except Exception as error:  # noqa: BLE001 - leftovers are reported, not fatal
+                self.say(f"topics of this run not deleted: {error}")
+        if self._started_stack:
+            self.say("stack: stopping the local Kafka and Redis this run started")
+            stack_down(self.settings)
+
+
+def print_timeline(timeline: Timeline, say: Say) -> None:
+    """The closing table and the verdict line."""
+    say("")
+    say(format_rows(table(timeline)))
+    say("")
+    say(verdict(timeline))
