@@ -13,6 +13,7 @@ from c4 import (
     actions_cmd,
     agent_cmd,
     convert_cmd,
+    dashboard_cmd,
     demo_cmd,
     diagnose_cmd,
     doctor,
@@ -46,6 +47,7 @@ SUBCOMMANDS = (
     agent_cmd,
     convert_cmd,
     demo_cmd,
+    dashboard_cmd,
 )
 
 
