@@ -6,7 +6,10 @@ COPY schemas schemas
 COPY producers producers
 COPY streams streams
 COPY actions actions
-RUN pip install --no-cache-dir .
+COPY topology topology
+RUN pip install --no-cache-dir . && mkdir -p /var/lib/c4 && chown nobody /var/lib/c4
+# Faust keeps its tables' data folder in the working directory: a writable one.
+WORKDIR /var/lib/c4
 USER nobody
 ENTRYPOINT []
 CMD ["c4", "--help"]

@@ -31,9 +31,16 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         dashboard_port=None if args.no_dashboard else args.dashboard_port,
         keep_topics=args.keep_topics,
         full=args.full,
+        setup_only=args.setup_only,
     )
     began = time.monotonic()
     demo = DemoRun(options, settings, _say)
+    if args.setup_only:
+        try:
+            demo.setup_only()
+        finally:
+            demo.close()
+        return 0
     try:
         outcome = demo.run()
     finally:
@@ -92,5 +99,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--full",
         action="store_true",
         help="play the whole scenario (default: stop a few seconds after every fault was acted on)",
+    )
+    parser.add_argument(
+        "--setup-only",
+        action="store_true",
+        help="only create the topics, write topology, scenario and actions configuration into "
+        "--report and load the cluster state (the configured names; docker compose's set-up)",
     )
     parser.set_defaults(handler=_run)

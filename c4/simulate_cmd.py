@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -87,6 +88,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if truth_path is None and args.out != "-":
         truth_path = f"{args.out}.truth.jsonl"
     # Every error surfaces here, before any output is written.
+    if args.start_now:
+        scenario = scenario.model_copy(update={"start_ns": time.time_ns()})
     cluster = place(topology, scenario, args.scenario)
     truth = truth_lines(cluster, scenario)
     if args.kafka:
@@ -135,6 +138,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--speed", type=_positive, default=1.0, help="with --kafka: x real time (default 1)"
+    )
+    parser.add_argument(
+        "--start-now",
+        action="store_true",
+        help="the run starts now (event time = wall clock, as live agents report)",
     )
     parser.set_defaults(handler=_run)
 

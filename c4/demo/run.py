@@ -78,6 +78,7 @@ class DemoOptions:
     # replays a scripted run and does not follow reroutes: played on, it would keep the
     # rerouted connections slow and the detectors would rightly blame their new paths.
     full: bool = False
+    setup_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,15 +159,15 @@ def actions_config(hooks_url: str, reroute: bool) -> dict[str, object]:
     return {
         "policy": {
             "classes": {
-                "noncomm_hang": hard,
-                "gpu_fault": hard,
-                "node_down": hard,
+                "noncomm_hang": [*hard],
+                "gpu_fault": [*hard],
+                "node_down": [*hard],
                 # C4 takes a straggling GPU's node out and restarts the job on a spare.
-                "noncomm_slow": hard,
+                "noncomm_slow": [*hard],
                 "comm_slow": ["isolate", "alert"],
                 "comm_hang": ["isolate", "alert"],
-                "link_down": links,
-                "link_degraded": links,
+                "link_down": [*links],
+                "link_degraded": [*links],
             },
         },
         "retry": {"tries": 4, "backoff_s": 0.2, "max_backoff_s": 2},
@@ -227,12 +228,18 @@ class DemoRun:
         self.options = options
         self.say = say
         self.run_id = uuid.uuid4().hex[:8]
-        self.settings = settings.model_copy(
-            update={
-                "topic_prefix": f"{settings.topic_prefix}demo-{self.run_id}.",
-                "redis_key_prefix": f"{settings.redis_key_prefix}:demo:{self.run_id}",
-                "topic_partitions": PARTITIONS,
-            }
+        # A run of its own: its topics, keys and groups (a deployment's set-up uses the
+        # configured names, which its services share).
+        self.settings = (
+            settings.model_copy(
+                update={
+                    "topic_prefix": f"{settings.topic_prefix}demo-{self.run_id}.",
+                    "redis_key_prefix": f"{settings.redis_key_prefix}:demo:{self.run_id}",
+                    "topic_partitions": PARTITIONS,
+                }
+            )
+            if not options.setup_only
+            else settings
         )
         self.app_id = f"c4-demo-{self.run_id}"
         self.report = options.report
@@ -339,15 +346,12 @@ class DemoRun:
         assert self._receivers is not None  # noqa: S101 - started before the workers
         return self._receivers.url
 
-    # --- the run ----------------------------------------------------------------------
-    def run(self) -> Outcome:
-        """Everything from the stack to the report; raises `DemoError` on a broken set-up."""
-        began = time.monotonic()
+    def _prepare_cluster(self) -> tuple[Topology, Scenario, Cluster, list[Truth], PlanStore]:
+        """Topics, topology, cluster state with spares, and the simulator's plan in force."""
         say = self.say
-        self._started_stack = ensure_stack(self.settings, say)
         topology, scenario, cluster, truths, spares = self._prepare()
-        created = create_topics(self.settings, partitions=PARTITIONS)
-        say(f"topics: {len(created)} under prefix {self.settings.topic_prefix}")
+        created = create_topics(self.settings, partitions=self.settings.topic_partitions)
+        say(f"topics: {len(created)} under prefix {self.settings.topic_prefix or '(none)'}")
         self._state = RedisState.connect(
             self.settings.redis_url,
             self.settings.redis_password.get_secret_value()
@@ -364,14 +368,33 @@ class DemoRun:
             f" {len(spares)} spares under {self.settings.redis_key_prefix}"
         )
         plans = PlanStore(self._state.client, f"{self.settings.redis_key_prefix}:plan:")
-        plans.replace(simulator_plan(topology, cluster, time.time_ns()), None)
+        plans.replace(simulator_plan(topology, cluster, now), None)
+        return topology, scenario, cluster, truths, plans
+
+    def setup_only(self) -> None:
+        """What a deployment (docker compose) needs before its services start, into the
+        report folder: topics, topology.json, scenario.json, actions.yaml, the cluster state."""
+        _, scenario, _, truths, _ = self._prepare_cluster()
+        self._write_inputs(scenario, truths)
+        config = actions_config("", reroute=True)
+        del config["launcher"], config["receivers"]  # c4.job.v1 is the hand-off, no alerts
+        (self.report / "actions.yaml").write_text(yaml.safe_dump(config))
+        self.say(f"set up: {self.report}/topology.json, scenario.json, actions.yaml")
+
+    # --- the run ----------------------------------------------------------------------
+    def run(self) -> Outcome:
+        """Everything from the stack to the report; raises `DemoError` on a broken set-up."""
+        began = time.monotonic()
+        say = self.say
+        self._started_stack = ensure_stack(self.settings, say)
+        topology, scenario, cluster, truths, plans = self._prepare_cluster()
         secret = secrets.token_hex(16)
         self._receivers = Receivers(secret.encode()).start()
         self._start_workers(secret)
         self._feed = Feed(
             self.settings.kafka_client_config(), self.settings.topic_prefix, f"{self.app_id}-feed"
         ).start()
-        if self.options.dashboard_port is not None:
+        if self.options.dashboard_port is not None and self._state is not None:
             source = Source(self._state, self._feed, f"c4 demo {self.run_id}")
             self._dashboard = DashboardServer(source, port=self.options.dashboard_port).start()
             self.dashboard_url = self._dashboard.url
@@ -475,6 +498,10 @@ class DemoRun:
     # --- tear-down --------------------------------------------------------------------
     def close(self) -> None:
         """Stop everything this run started, newest first; never a stack it did not start."""
+        if self.options.setup_only:
+            if self._state is not None:
+                self._state.close()
+            return
         if self._simulator is not None:
             self._simulator.cancel()
             self._simulator.join(10)
