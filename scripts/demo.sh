@@ -1,14 +1,11 @@
 #!/usr/bin/env bash
-# The main job. Until `c4 demo` lands: the real local stack and its topics, then a simulated
-# cluster with three injected faults diagnosed and scored (exit 1 if one is missed).
+# The main job: the real local stack, then `c4 demo` (a simulated cluster with three jobs and
+# four scripted faults through the streams and actions workers, live; the timeline at the end,
+# the HTML report in ./c4-demo-report). Exit 1 unless every fault was diagnosed and acted on.
+# Arguments go to c4 demo (e.g. --speed 2, --scenario FILE, --report DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
 c4 stack up
-c4 topics create
-c4 doctor
-out=$(mktemp -d)
-c4 simulate --scenario examples/scenario-demo.json --out "$out/run.jsonl"
-c4 diagnose "$out/run.jsonl" > "$out/diagnoses.jsonl"
-c4 score --truth "$out/run.jsonl.truth.jsonl" "$out/diagnoses.jsonl"
+exec c4 demo "$@"

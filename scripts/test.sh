@@ -10,5 +10,7 @@ c4 topics create
 ruff check .
 mypy
 c4 schemas check
+# The dashboard's browser test drives Debian's headless Chromium.
+command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
 pytest "$@"
 echo "test command finished in $(( $(date +%s) - started )) s"
