@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -40,7 +41,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         snapshot_interval_s=args.snapshot_interval,
         web_port=args.web_port,
         web_bind=args.web_bind,
+        # Faust keeps a small folder per app (its table metadata); not in the current folder.
+        app_settings={"datadir": str(settings.stack_dir / "faust" / args.app_id)},
     )
+    Path(config.app_settings["datadir"]).mkdir(parents=True, exist_ok=True)
     worker = create_detection_app(config)
     if args.metrics_port:
         worker.metrics.serve(args.metrics_port)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from schemas.base import C4Model
 from schemas.messages import Diagnosis
@@ -53,6 +54,7 @@ class LiveDetection:
         self._latest_event_ns = 0
         self._wall_at_latest = monotonic()
         self.counters = LiveCounters()
+        self._per_kind: dict[str, Any] = {}
 
     def on_message(self, message: C4Model) -> list[Diagnosis]:
         """One decoded message: late ones are dropped, the rest go to the engine."""
@@ -62,13 +64,19 @@ class LiveDetection:
             self.metrics.late.inc()
             return []
         self.counters.messages += 1
-        self.metrics.messages.labels(str(getattr(message, "kind", ""))).inc()
+        kind = str(getattr(message, "kind", ""))
+        counter = self._per_kind.get(kind)
+        if counter is None:  # label lookups cost more than the increment: once per kind
+            counter = self._per_kind[kind] = self.metrics.messages.labels(kind)
+        counter.inc()
         if ts_ns > self._latest_event_ns:
             self._latest_event_ns = ts_ns
             self._wall_at_latest = self._monotonic()
-        with self.metrics.processing.time():
-            found = self.engine.process(message)
-        self._observe(found)
+        began = time.perf_counter()
+        found = self.engine.process(message)
+        self.metrics.processing.observe(time.perf_counter() - began)
+        if found:
+            self._observe(found)
         return found
 
     def _observe(self, found: list[Diagnosis]) -> None:
@@ -81,6 +89,8 @@ class LiveDetection:
         """Advance event time by the wall time since the latest message; run due checks."""
         if self._latest_event_ns == 0:
             return []
+        self.metrics.event_time.set(self.engine.now_ns / NS_PER_S)
+        self.metrics.tracked_jobs.set(len(self.engine.jobs))
         elapsed_s = self._monotonic() - self._wall_at_latest - self.silence_grace_s
         if elapsed_s <= 0:
             return []
