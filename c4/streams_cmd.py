@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,6 +25,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     from schemas.topics import ALL_TOPICS
     from streams.core.params import DetectorParams
     from streams.detection_app import DetectionConfig, create_detection_app
+    from streams.logs import json_logging_config
 
     topology = load_document(args.topology, "topology", Topology) if args.topology else None
     params, job_params = load_params(args.params) if args.params else (DetectorParams(), {})
@@ -44,11 +44,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         # Faust keeps a small folder per app (its table metadata); not in the current folder.
         app_settings={"datadir": str(settings.stack_dir / "faust" / args.app_id)},
     )
-    Path(config.app_settings["datadir"]).mkdir(parents=True, exist_ok=True)
     worker = create_detection_app(config)
     if args.metrics_port:
         worker.metrics.serve(args.metrics_port)
-    faust.Worker(worker.app, loglevel=args.loglevel).execute_from_commandline()
+    logging_config = json_logging_config(args.loglevel) if args.log_format == "json" else None
+    faust.Worker(
+        worker.app, loglevel=args.loglevel, logging_config=logging_config
+    ).execute_from_commandline()
     return 0
 
 
@@ -91,4 +93,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="Prometheus /metrics on 127.0.0.1 (0: off)",
     )
     worker.add_argument("--loglevel", default="info", choices=("debug", "info", "warn", "error"))
+    worker.add_argument(
+        "--log-format", default="text", choices=("text", "json"), help="json: one object a line"
+    )
     worker.set_defaults(handler=_run)

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -108,6 +109,9 @@ def create_detection_app(
 ) -> DetectionWorker:
     """A Faust app that detects, keeps its state in tables and publishes diagnoses."""
     metrics = metrics or StreamMetrics()
+    if "datadir" in config.app_settings:
+        # Faust creates only the last level of its data folder.
+        Path(str(config.app_settings["datadir"])).mkdir(parents=True, exist_ok=True)
     names = {topic.kind: topic.name for topic in ALL_TOPICS}
     names.update(config.topic_names)
     holder: dict[str, Any] = {}

@@ -155,6 +155,7 @@ class DurableDetection:
                 self.engine.drop_node(key)
             return
         self.counters.restored += 1
+        self.live.metrics.restored.inc()
         log.info("took over %s %s from its snapshot", kind, key)
 
     def save(self, owners: Iterable[tuple[str, str]]) -> None:
@@ -171,6 +172,7 @@ class DurableDetection:
             else:
                 table[key.encode()] = encode_state(state)
                 self.counters.written += 1
+                self.live.metrics.snapshots.inc()
             self._dirty.discard((kind, key))
         self._last_save = self._monotonic()
 
