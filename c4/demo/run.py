@@ -242,8 +242,9 @@ class DemoRun:
             else settings
         )
         self.app_id = f"c4-demo-{self.run_id}"
-        self.report = options.report
-        self.logs = options.report / "logs"
+        # Absolute: the workers run in the logs folder and read files from the report folder.
+        self.report = options.report.resolve()
+        self.logs = self.report / "logs"
         self._children: list[Child] = []
         self._started_stack = False
         self._receivers: Receivers | None = None
