@@ -4,7 +4,10 @@
 - ``GET /api/cluster``: nodes by state, fabric links by utilisation, jobs, spares;
 - ``GET /api/findings``: the open findings with their evidence;
 - ``GET /api/actions``: the action log, newest first;
-- ``GET /api/state``: the three above in one answer (what the page polls).
+- ``GET /api/state``: the three above in one answer (what the page polls);
+- ``GET /metrics``: Prometheus: ``c4_dashboard_requests_total{endpoint,status}``,
+  ``c4_dashboard_open_findings``, ``c4_dashboard_feed_records`` (diagnoses, actions, routes and
+  placements held).
 
 Redis is read in a worker thread (its client blocks); the server runs in its own thread
 with its own event loop, so the demo and ``c4 dashboard`` embed it alike.
@@ -20,6 +23,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from actions.state.store import RedisState
 from c4.dashboard.feed import Feed
@@ -84,15 +88,31 @@ def _page() -> bytes:
 def create_app(source: Source) -> web.Application:
     """The aiohttp application serving the page and the endpoints."""
     page = _page()
+    registry = CollectorRegistry()
+    requests = Counter(
+        "c4_dashboard_requests", "Requests answered", ["endpoint", "status"], registry=registry
+    )
+    open_gauge = Gauge("c4_dashboard_open_findings", "Open findings", registry=registry)
+    held = Gauge("c4_dashboard_feed_records", "Records held by the feed", registry=registry)
 
-    async def blocking(call: Any) -> web.Response:
+    async def blocking(call: Any, endpoint: str) -> web.Response:
         try:
             data = await asyncio.get_running_loop().run_in_executor(None, call)
         except DashboardError as error:
+            requests.labels(endpoint, "503").inc()
             return _json({"error": str(error)}, 503)
         except Exception as error:  # noqa: BLE001 - Redis or Kafka away: say so, keep serving
+            requests.labels(endpoint, "503").inc()
             return _json({"error": f"{type(error).__name__}: {error}"}, 503)
+        requests.labels(endpoint, "200").inc()
         return _json(data)
+
+    async def metrics(request: web.Request) -> web.Response:
+        del request
+        view = source.feed.view()
+        open_gauge.set(len(view.open_findings()))
+        held.set(len(view.diagnoses) + len(view.actions) + len(view.routes) + len(view.jobs))
+        return web.Response(body=generate_latest(registry), content_type="text/plain")
 
     async def index(request: web.Request) -> web.Response:
         del request
@@ -100,19 +120,19 @@ def create_app(source: Source) -> web.Application:
 
     async def state(request: web.Request) -> web.Response:
         del request
-        return await blocking(source.everything)
+        return await blocking(source.everything, "state")
 
     async def cluster(request: web.Request) -> web.Response:
         del request
-        return await blocking(source.cluster)
+        return await blocking(source.cluster, "cluster")
 
     async def open_findings(request: web.Request) -> web.Response:
         del request
-        return await blocking(lambda: findings(source.feed.view()))
+        return await blocking(lambda: findings(source.feed.view()), "findings")
 
     async def actions(request: web.Request) -> web.Response:
         del request
-        return await blocking(lambda: action_log(source.feed.view()))
+        return await blocking(lambda: action_log(source.feed.view()), "actions")
 
     app = web.Application()
     app.router.add_get("/", index)
@@ -120,6 +140,7 @@ def create_app(source: Source) -> web.Application:
     app.router.add_get("/api/cluster", cluster)
     app.router.add_get("/api/findings", open_findings)
     app.router.add_get("/api/actions", actions)
+    app.router.add_get("/metrics", metrics)
     return app
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,8 @@ def test_page_shows_isolated_node_and_open_finding(
     server = DashboardServer(Source(state, feed, "c4 test")).start()
     try:
         png, found = asyncio.run(_browse(server.url, tmp_path))
+        with urllib.request.urlopen(server.url + "metrics", timeout=10) as answer:  # noqa: S310
+            metrics = answer.read().decode()
     finally:
         server.stop()
         feed.stop()
@@ -80,6 +83,8 @@ def test_page_shows_isolated_node_and_open_finding(
         state.close()
     errors, cell, finding_text, actions_text, heat_cells = found
     assert errors == []
+    assert 'c4_dashboard_requests_total{endpoint="state",status="200"}' in metrics
+    assert "c4_dashboard_open_findings 1.0" in metrics
     assert cell["state"] == "isolated"
     assert "comm_slow" in finding_text and "node-003/mlx5_5:1" in finding_text
     assert "isolate node-003" in actions_text
