@@ -13,40 +13,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError
 
+from c4.dashboard.model import FeedView
 from schemas.codec import decode
 from schemas.messages import Action, Diagnosis, Job, Route
 from schemas.topics import ACTION, DIAGNOSIS, JOB, ROUTE
 
 MAX_KEPT = 20_000  # per kind: a long-running dashboard keeps the newest
-
-
-@dataclass(frozen=True, slots=True)
-class FeedView:
-    """A copy of what the feed has seen so far."""
-
-    diagnoses: tuple[Diagnosis, ...] = ()
-    actions: tuple[Action, ...] = ()
-    routes: tuple[Route, ...] = ()
-    jobs: tuple[Job, ...] = ()
-    rejected: int = 0
-
-    def open_findings(self) -> list[Diagnosis]:
-        """Firing diagnoses not resolved since, oldest first."""
-        state: dict[str, Diagnosis] = {}
-        for diagnosis in self.diagnoses:
-            if diagnosis.state == "firing":
-                state.setdefault(diagnosis.id, diagnosis)
-            else:
-                state[diagnosis.id] = diagnosis
-        return [d for d in state.values() if d.state == "firing"]
-
-    def latest_jobs(self) -> list[Job]:
-        """Each job's newest placement."""
-        latest: dict[str, Job] = {}
-        for job in self.jobs:
-            if job.job not in latest or job.ts_ns >= latest[job.job].ts_ns:
-                latest[job.job] = job
-        return [latest[name] for name in sorted(latest)]
 
 
 @dataclass(slots=True)

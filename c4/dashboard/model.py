@@ -9,16 +9,45 @@ each node) over the link's speed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from actions.planner.reroute import job_flows
-from c4.dashboard.feed import FeedView
 from c4.demo.timeline import note
 from schemas.files import Topology
-from schemas.messages import Diagnosis, Job, Route
+from schemas.messages import Action, Diagnosis, Job, Route
 from topology.model import Fabric
 
 MAX_ACTIONS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class FeedView:
+    """A copy of what the feed has seen so far."""
+
+    diagnoses: tuple[Diagnosis, ...] = ()
+    actions: tuple[Action, ...] = ()
+    routes: tuple[Route, ...] = ()
+    jobs: tuple[Job, ...] = ()
+    rejected: int = 0
+
+    def open_findings(self) -> list[Diagnosis]:
+        """Firing diagnoses not resolved since, oldest first."""
+        state: dict[str, Diagnosis] = {}
+        for diagnosis in self.diagnoses:
+            if diagnosis.state == "firing":
+                state.setdefault(diagnosis.id, diagnosis)
+            else:
+                state[diagnosis.id] = diagnosis
+        return [d for d in state.values() if d.state == "firing"]
+
+    def latest_jobs(self) -> list[Job]:
+        """Each job's newest placement."""
+        latest: dict[str, Job] = {}
+        for job in self.jobs:
+            if job.job not in latest or job.ts_ns >= latest[job.job].ts_ns:
+                latest[job.job] = job
+        return [latest[name] for name in sorted(latest)]
 
 
 def route_vias(routes: Iterable[Route]) -> tuple[dict[str, str | None], str | None]:

@@ -23,8 +23,11 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import orjson  # noqa: E402
 
-from c4.dashboard.feed import FeedView  # noqa: E402
-from c4.dashboard.model import link_loads, route_vias  # noqa: E402
+from c4.dashboard.model import (  # noqa: E402
+    FeedView,  # noqa: E402
+    link_loads,
+    route_vias,
+)
 from c4.demo.receivers import Call  # noqa: E402
 from c4.demo.timeline import (  # noqa: E402
     CHANGING,

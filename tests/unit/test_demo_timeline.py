@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from c4.dashboard.feed import FeedView
+from c4.dashboard.model import FeedView
 from c4.demo.receivers import Call
 from c4.demo.report import WallClock, write_report
 from c4.demo.run import DemoOptions, demo_topology, load_demo_scenario, simulator_plan
