@@ -28,13 +28,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from producers import ProducerError
 from producers.sources import Reading
-from schemas.base import MAX_ITEMS
+from schemas.base import MAX_ID_CHARS, MAX_ITEMS
 from schemas.messages import Collective, OpName, Ops, RankPlace
 
 NS_PER_S = 1_000_000_000
 MAX_DUMP_BYTES = 512 << 20
+# Heartbeats go back at most this many intervals before a timeline's end (an hour at 1 s):
+# older operations are reported in its first message. Bounds the output of a dump whose
+# entries span days (or claim a creation time of 0).
+MAX_INTERVALS = 3_600
+MAX_INT64 = 2**63 - 1
 # Element sizes of the dtype names a dump uses ("Float", "BFloat16", ...), lower-cased.
 DTYPE_BYTES = {
     "float": 4,
@@ -77,7 +84,9 @@ def load_dump(data: bytes, source: str) -> dict[str, Any]:
         message = f"{source}: rejected: the pickle {error}"
         raise FlightRecorderError(message) from None
     except Exception as error:  # noqa: BLE001 -- any unpickling failure is bad input
-        message = f"{source}: not a Flight Recorder pickle ({type(error).__name__}: {error})"
+        message = (
+            f"{source}: not a Flight Recorder pickle ({type(error).__name__}: {_short(error)})"
+        )
         raise FlightRecorderError(message) from None
     if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
         message = f"{source}: not a Flight Recorder dump (no 'entries' list)"
@@ -161,7 +170,9 @@ def _members_from_config(dump: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         try:
             parsed: Any = ast.literal_eval(ranks) if isinstance(ranks, str) else ranks
             group = tuple(int(rank) for rank in parsed or ())
-        except (ValueError, TypeError, SyntaxError):
+        except (ValueError, TypeError, SyntaxError, OverflowError, MemoryError, RecursionError):
+            continue
+        if any(not 0 <= rank <= MAX_INT64 for rank in group) or len(set(group)) != len(group):
             continue
         name = value.get("name") or key
         if group and name:
@@ -215,8 +226,9 @@ def convert(
     seen_in: dict[str, set[int]] = defaultdict(set)
     for rank_dump in dumps:
         for entry in rank_dump.dump["entries"]:
-            if isinstance(entry, Mapping) and isinstance(entry.get("process_group"), list | tuple):
-                seen_in[str(entry["process_group"][0])].add(rank_dump.rank)
+            group = entry.get("process_group") if isinstance(entry, Mapping) else None
+            if isinstance(group, list | tuple) and group:
+                seen_in[str(group[0])].add(rank_dump.rank)
     for name, ranks in seen_in.items():
         if name not in members or not set(ranks) <= set(members[name]):
             members[name] = tuple(sorted(ranks | set(members.get(name, ()))))
@@ -225,9 +237,19 @@ def convert(
         timelines = _timelines(rank_dump, members, result.skipped)
         place = (places or {}).get(rank_dump.rank)
         for (comm, size, comm_rank), ops in timelines.items():
-            result.messages.extend(
-                _interval_messages(job, comm, size, comm_rank, rank_dump, ops, place, interval_ns)
-            )
+            try:
+                result.messages.extend(
+                    _interval_messages(
+                        job, comm, size, comm_rank, rank_dump, ops, place, interval_ns
+                    )
+                )
+            except ValidationError as error:
+                first = error.errors(include_url=False)[0]
+                where = ".".join(str(part) for part in first["loc"])
+                result.skipped.append(
+                    f"{rank_dump.source} process group {_short_repr(comm)}: not converted"
+                    f" ({where}: {first['msg']})"
+                )
     result.messages.sort(key=lambda message: message.ts_ns)
     return result
 
@@ -247,22 +269,35 @@ def _timelines(
             op, rest = op_name(str(entry["profiling_name"]))
             enter = int(entry["time_created_ns"])
             seq = int(entry.get("collective_seq_id", 0))
-        except (KeyError, TypeError, ValueError, IndexError) as error:
-            skipped.append(f"{where}: malformed ({type(error).__name__}: {error})")
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
+            skipped.append(f"{where}: malformed ({type(error).__name__}: {_short(error)})")
+            continue
+        if not (0 <= enter <= MAX_INT64 and 0 <= seq <= MAX_INT64):
+            skipped.append(f"{where}: time_created_ns or collective_seq_id out of range")
+            continue
+        if not name or len(name) > MAX_ID_CHARS - 48:
+            skipped.append(f"{where}: process group name {_short_repr(name)} empty or too long")
             continue
         if op is None:
-            skipped.append(f"{where}: {entry.get('profiling_name')!r} is not a v1 operation")
+            skipped.append(
+                f"{where}: {_short_repr(entry.get('profiling_name'))} is not a v1 operation"
+            )
             continue
         group = members.get(name, ())
         if me not in group:
-            skipped.append(f"{where}: rank {me} is not a member of process group {name!r}")
+            skipped.append(
+                f"{where}: rank {me} is not a member of process group {_short_repr(name)}"
+            )
             continue
         end = _end_ns(entry, enter, status)
         nbytes = _numel_bytes(entry.get("input_sizes"), entry.get("input_dtypes"))
+        if (end is not None and end > MAX_INT64) or nbytes > MAX_INT64:
+            skipped.append(f"{where}: completion time or size out of range")
+            continue
         if op in ("send", "recv"):
             peer = _peer(op, rest, group)
             if peer is None:
-                skipped.append(f"{where}: point-to-point peer unknown ({rest!r})")
+                skipped.append(f"{where}: point-to-point peer unknown ({_short_repr(rest)})")
                 continue
             low, high = sorted((me, peer))
             comm = f"{name}:p2p:{low}-{high}"
@@ -287,6 +322,16 @@ def _end_ns(entry: Mapping[str, Any], enter: int, status: Any) -> int | None:
         if isinstance(last, int) and int(entry.get("collective_seq_id", 0)) <= last:
             return enter
     return None
+
+
+def _short(error: Exception, limit: int = 120) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _peer(op: str, rest: str, group: tuple[int, ...]) -> int | None:
@@ -315,7 +360,8 @@ def _interval_messages(
     ops = sorted(ops, key=lambda op: op.enter_ns)
     stop = max(rank_dump.written_ns, max(op.end_ns or op.enter_ns for op in ops))
     messages: list[Collective] = []
-    ts = ops[0].enter_ns - ops[0].enter_ns % interval_ns + interval_ns
+    start = max(ops[0].enter_ns, stop - MAX_INTERVALS * interval_ns)
+    ts = start - start % interval_ns + interval_ns
     next_index = 0
     open_ops: list[_Op] = []
     while True:

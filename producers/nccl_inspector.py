@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from producers.sources import Reading
-from schemas.base import MAX_ITEMS
+from schemas.base import MAX_ID_CHARS, MAX_ITEMS
 from schemas.messages import Collective, OpName, Ops
 
 NS_PER_US = 1_000
+MAX_INT64 = 2**63 - 1
 _COLL: dict[str, OpName] = {
     "allreduce": "allreduce",
     "allgather": "allgather",
@@ -61,7 +62,7 @@ def parse_record(record: Any) -> InspectorOp:
         op = _COLL.get(coll)
         if op is None:
             message = f"collective {perf['coll']!r} is not a v1 operation"
-            raise ValueError(message)
+            raise ValueError(_short(message))
         exec_ns = int(float(perf["coll_exec_time_us"]) * NS_PER_US)
         trace = perf.get("event_trace_ts")
         if isinstance(trace, dict) and "coll_start_ts" in trace:
@@ -81,16 +82,27 @@ def parse_record(record: Any) -> InspectorOp:
             enter_ns=enter,
             end_ns=max(end, enter),
         )
-    except (KeyError, TypeError) as error:
-        message = f"missing or wrong field ({type(error).__name__}: {error})"
+    except (KeyError, TypeError, AttributeError, OverflowError) as error:
+        message = f"missing or wrong field ({type(error).__name__}: {_short(error)})"
         raise ValueError(message) from None
     if result.comm_size < 1 or not 0 <= result.rank < result.comm_size or result.seq < 0:
         message = f"rank {result.rank} of {result.comm_size}, coll_sn {result.seq}"
-        raise ValueError(message)
+        raise ValueError(_short(message))
     if result.nbytes < 0 or result.enter_ns < 0:
         message = "negative size or time"
         raise ValueError(message)
+    if max(result.comm_size, result.seq, result.nbytes, result.end_ns) > MAX_INT64:
+        message = "a number beyond 64 bits"
+        raise ValueError(message)
+    if not 1 <= len(result.comm) <= MAX_ID_CHARS:
+        message = f"communicator id of {len(result.comm)} characters"
+        raise ValueError(message)
     return result
+
+
+def _short(error: Exception | str, limit: int = 120) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def split_objects(text: str) -> tuple[list[Any], int, list[str]]:

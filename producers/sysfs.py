@@ -19,6 +19,7 @@ from producers.sources import Reading, SourceFailed
 from schemas.messages import Link, LinkCounters
 
 NS_PER_S = 1_000_000_000
+MAX_COUNTER = 2**63 - 1  # what a v1 message can carry
 
 # sysfs counter file -> (LinkCounters field, multiplier)
 IB_COUNTERS: dict[str, tuple[str, int]] = {
@@ -65,12 +66,17 @@ def _read_text(path: Path) -> str:
         raise _BadFile(message) from None
 
 
-def _read_counter(path: Path) -> int:
+def _read_counter(path: Path, factor: int = 1) -> int:
     text = _read_text(path)
-    if not text.isdigit():
+    # isascii: str.isdigit also accepts superscripts and other scripts' digits.
+    if not (text.isascii() and text.isdigit()):
         message = f"{path}: not a counter: {text[:40]!r}"
         raise _BadFile(message)
-    return int(text)
+    value = int(text[:40]) * factor
+    if value > MAX_COUNTER:
+        message = f"{path}: counter beyond 64 bits: {text[:40]!r}"
+        raise _BadFile(message)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +138,7 @@ def read_port(node: str, files: PortFiles, ts_ns: int) -> tuple[Link | None, lis
             if name not in required and not path.exists():
                 continue
             try:
-                values[field_name] = _read_counter(path) * factor
+                values[field_name] = _read_counter(path, factor)
             except _BadFile as error:
                 problems.append(str(error))
     try:
