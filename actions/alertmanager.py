@@ -65,9 +65,14 @@ def sign(secret: bytes, body: bytes) -> str:
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
 
 
-def verify(secret: bytes, body: bytes, header: str) -> bool:
-    """Whether a signature header matches the body (constant-time comparison)."""
-    return hmac.compare_digest(sign(secret, body), header)
+def verify(secret: bytes, body: bytes, header: str | bytes) -> bool:
+    """Whether a signature header matches the body (constant-time comparison; never raises).
+
+    Compared as bytes: ``compare_digest`` refuses str with non-ASCII characters, and a
+    receiver must answer a forged header with False, not an exception.
+    """
+    given = header if isinstance(header, bytes) else header.encode("utf-8", "surrogatepass")
+    return hmac.compare_digest(sign(secret, body).encode("ascii"), given)
 
 
 def payload(
