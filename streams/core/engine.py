@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from schemas.base import C4Model
 from schemas.files import Topology
 from schemas.messages import Collective, Diagnosis, Gpu, Job, Link, Route
+from streams.core.clock import TickClock
 from streams.core.fabric import FabricCorrelator
 from streams.core.hardware import HardwareMonitor
 from streams.core.job import JobDetector, SlowPath
@@ -122,11 +123,15 @@ class Engine:
         self.fabric = FabricCorrelator(topology)
         self.local_fabric = local_fabric
         self.jobs: dict[str, JobDetector] = {}
-        self.now_ns = 0
-        self._next_tick_ns = 0
+        self.clock = TickClock(self.params.tick_ns)
         self.counts: dict[str, int] = {}
         self._reported_paths: dict[str, list[SlowPath]] = {}
         self._changed_paths: dict[str, list[SlowPath]] = {}
+
+    @property
+    def now_ns(self) -> int:
+        """The event-time clock: the latest time seen (never goes back)."""
+        return self.clock.now_ns
 
     def _job(self, job: str) -> JobDetector:
         detector = self.jobs.get(job)
@@ -173,12 +178,8 @@ class Engine:
 
     def advance(self, now_ns: int) -> list[Diagnosis]:
         """Move the event-time clock forward (never back); run the timers when due."""
-        if now_ns <= self.now_ns:
+        if not self.clock.advance(now_ns):
             return []
-        self.now_ns = now_ns
-        if now_ns < self._next_tick_ns:
-            return []
-        self._next_tick_ns = now_ns + self.params.tick_ns
         return self.check(now_ns)
 
     def check(self, now_ns: int) -> list[Diagnosis]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from schemas.files import Topology
 from schemas.messages import Diagnosis
+from streams.core.clock import TickClock
 from streams.core.findings import FindingBook, SuspectScore
 from streams.core.job import SlowPath
 
@@ -152,9 +153,7 @@ class FabricHub:
     def __init__(self, topology: Topology | None, tick_ns: int) -> None:
         self.correlator = FabricCorrelator(topology)
         self.paths: dict[str, list[SlowPath]] = {}
-        self.tick_ns = tick_ns
-        self.now_ns = 0
-        self._next_tick_ns = 0
+        self.clock = TickClock(tick_ns)
 
     def update(self, job: str, paths: list[SlowPath]) -> None:
         """A job's current slow paths (an empty list: none any more)."""
@@ -165,12 +164,8 @@ class FabricHub:
 
     def advance(self, now_ns: int) -> list[Diagnosis]:
         """Move the hub's clock forward; correlate once per tick, as the engine does."""
-        if now_ns <= self.now_ns:
+        if not self.clock.advance(now_ns):
             return []
-        self.now_ns = now_ns
-        if now_ns < self._next_tick_ns:
-            return []
-        self._next_tick_ns = now_ns + self.tick_ns
         return self.correlator.check(now_ns, [p for ps in self.paths.values() for p in ps])
 
     def state(self) -> dict[str, Any]:

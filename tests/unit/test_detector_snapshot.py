@@ -100,7 +100,7 @@ def test_hub_state_round_trips() -> None:
     topology, messages, _ = _suite_case("fabric_link_degraded")
     _, hub = _hub_run(topology, messages)
     assert hub.paths or hub.correlator.book.open_findings()
-    copy = FabricHub(topology, hub.tick_ns)
+    copy = FabricHub(topology, hub.clock.tick_ns)
     copy.restore(decode_state(encode_state(hub.state())))
     assert copy.state() == hub.state()
 
