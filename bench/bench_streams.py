@@ -177,6 +177,15 @@ def metric(port: int, name: str) -> float:
     return 0.0
 
 
+def worker_argv(app_id: str, metrics_port: int) -> list[str]:
+    """`c4 streams worker` with its own group, metrics and web ports."""
+    return [
+        *(sys.executable, "-m", "c4.cli", "streams", "worker", "--app-id", app_id),
+        *("--metrics-port", str(metrics_port), "--web-port", str(free_port())),
+        *("--loglevel", "warn"),
+    ]
+
+
 def peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -197,21 +206,7 @@ def drain(kind: str, env: dict[str, str], total: int, log: Path) -> Drain:
     port = free_port()
     app_id = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
     if kind == "worker":
-        argv = [
-            sys.executable,
-            "-m",
-            "c4.cli",
-            "streams",
-            "worker",
-            "--app-id",
-            app_id,
-            "--metrics-port",
-            str(port),
-            "--web-port",
-            str(free_port()),
-            "--loglevel",
-            "warn",
-        ]
+        argv = worker_argv(app_id, port)
     else:
         argv = [
             sys.executable,
@@ -260,21 +255,7 @@ def latency_run(
     messages = generate(jobs, seconds, t0, hangs)
     port = free_port()
     app_id = f"bench-latency-{uuid.uuid4().hex[:6]}"
-    argv = [
-        sys.executable,
-        "-m",
-        "c4.cli",
-        "streams",
-        "worker",
-        "--app-id",
-        app_id,
-        "--metrics-port",
-        str(port),
-        "--web-port",
-        str(free_port()),
-        "--loglevel",
-        "warn",
-    ]
+    argv = worker_argv(app_id, port)
     prefix = env["C4_TOPIC_PREFIX"]
     consumer = Consumer(
         {
