@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from pydantic import ValidationError
 
@@ -51,9 +52,25 @@ SUBCOMMANDS = (
 )
 
 
+def one_line(text: str) -> str:
+    """``text`` with control characters (newlines included) escaped: an error stays one line."""
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+        for char in text
+    )
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argument parser whose error line never breaks, whatever argv holds."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(one_line(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser: global connection options, then the subcommands."""
-    parser = argparse.ArgumentParser(
+    # Subparsers are made of the same class, so every subcommand's errors are one line too.
+    parser = OneLineErrorParser(
         prog="c4",
         description="Find the faulty GPU, port, link or switch of a training job; act on it.",
     )
@@ -74,16 +91,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"])
-        print(f"c4: error: setting {where}: {first['msg']}", file=sys.stderr)
+        print(f"c4: error: setting {where}: {one_line(first['msg'])}", file=sys.stderr)
         return 2
     try:
         code: int = args.handler(args, settings)
     except C4Error as error:
-        print(f"c4: error: {error}", file=sys.stderr)
+        print(f"c4: error: {one_line(str(error))}", file=sys.stderr)
         return int(getattr(error, "exit_code", 1))
     except OSError as error:
         print(
-            f"c4: error: {error.strerror or error}: {error.filename or ''}".rstrip(": "),
+            one_line(f"c4: error: {error.strerror or error}: {error.filename or ''}".rstrip(": ")),
             file=sys.stderr,
         )
         return 2
