@@ -10,7 +10,7 @@ from typing import Any
 
 from schemas.base import C4Model
 from schemas.messages import Diagnosis
-from streams.core.engine import Engine
+from streams.core.engine import DATA_KINDS, Engine
 from streams.metrics import StreamMetrics
 
 NS_PER_S = 1_000_000_000
@@ -59,7 +59,10 @@ class LiveDetection:
     def on_message(self, message: C4Model) -> list[Diagnosis]:
         """One decoded message: late ones are dropped, the rest go to the engine."""
         ts_ns = int(getattr(message, "ts_ns", 0))
-        if ts_ns < self.engine.now_ns - self.max_lateness_ns:
+        measurement = isinstance(message, DATA_KINDS)
+        if not measurement:
+            ts_ns = 0  # a fact (placement, route plan): always taken, never moves the clock
+        elif ts_ns < self.engine.now_ns - self.max_lateness_ns:
             self.counters.too_late += 1
             self.metrics.late.inc()
             return []

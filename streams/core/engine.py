@@ -36,6 +36,10 @@ class RouteBook:
         return self._via.get(flow)
 
 
+# The messages that carry measurements (and so event time); job and route are facts.
+DATA_KINDS = (Collective, Link, Gpu)
+
+
 class SharedFacts(Protocol):
     """Facts that other partitions learn (scaled out: other workers), read where needed.
 
@@ -172,8 +176,10 @@ class Engine:
                 self._job(message.job).on_job(message)
         elif isinstance(message, Route):
             self.routes.update(message)
-        ts_ns = getattr(message, "ts_ns", 0)
-        out.extend(self.advance(ts_ns))
+        if isinstance(message, DATA_KINDS):
+            # Only measurements move event time: placements and route plans come from
+            # launchers and action workers stamped on their own clocks.
+            out.extend(self.advance(message.ts_ns))
         return out
 
     def advance(self, now_ns: int) -> list[Diagnosis]:

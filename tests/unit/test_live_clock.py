@@ -92,3 +92,24 @@ def test_metrics_count_messages_late_drops_and_diagnoses() -> None:
         == 1
     )
     assert registry.get_sample_value("c4_stream_tracked_jobs") == 1
+
+
+def test_placements_and_routes_stamped_on_another_clock_never_move_event_time() -> None:
+    # An action worker publishes a new placement stamped with its wall clock, far ahead of
+    # (or behind) the data: it is taken, and the data after it is neither late nor judged
+    # against that stamp.
+    live = LiveDetection(Engine(), max_lateness_ns=5 * S)
+    job = RingJob(ops=80)
+    messages = job.messages()
+    half = len(messages) // 2
+    for message in messages[:half]:
+        live.on_message(message)
+    clock_before = live.engine.now_ns
+    ahead = job.job_message().model_copy(update={"ts_ns": clock_before + 3600 * S})
+    behind = job.job_message().model_copy(update={"ts_ns": 1})
+    assert live.on_message(ahead) == [] and live.on_message(behind) == []
+    assert live.engine.now_ns == clock_before
+    for message in messages[half:]:
+        live.on_message(message)
+    assert live.counters.too_late == 0
+    assert live.counters.messages == len(messages) + 2
