@@ -69,11 +69,18 @@ class Assignment:
 
 
 def least_loaded(state: Assignment, flows: Iterable[int]) -> None:
-    """Place flows, largest first, each on the spine that keeps its two links least utilised."""
+    """Place flows, largest first, each on the spine that keeps its two links least utilised.
+
+    A flow without candidate spines keeps none (-1): within one leaf it has a single path
+    (a flow failed over to sibling ports can land there), and `build_problem` already
+    refused an inter-leaf flow with no usable spine.
+    """
     p = state.problem
     load, cap, gbps, spine = state.load, state.cap, p.gbps, state.spine
     uplinks, src_leaf, dst_leaf, cands = p.fabric.uplinks, p.src_leaf, p.dst_leaf, p.cands
     for f in sorted(flows, key=lambda f: (-gbps[f], f)):
+        if not cands[f]:
+            continue
         g = gbps[f]
         ups, dns = uplinks[src_leaf[f]], uplinks[dst_leaf[f]]
         best, best_worst, best_sum = -1, float("inf"), float("inf")

@@ -261,3 +261,44 @@ def test_route_messages_are_keyed_by_node_in_the_route_topic(fabric: Fabric) -> 
     result = reroute(fabric, JOBS, None, diagnosis([("link", "leaf-0a~spine-a-0")]), TS)
     assert all(isinstance(route, Route) for route in result.routes)
     assert len({route.node for route in result.routes}) == len(result.routes)
+
+
+def test_a_flow_failed_over_into_one_leaf_is_planned_there_not_a_crash() -> None:
+    # The smallest fabric that shows it: one plane, two leaves, one spine, two nodes with one
+    # NIC whose port 1 is on leaf-0a and port 2 on leaf-1a. The ring 0 -> 1 -> 0 crosses the
+    # spine; with node-000's port 1 down both hops fail over to port 2 on both nodes, within
+    # leaf-1a: they have no spine to choose, and must not be placed on one (spine -1).
+    small = Fabric.from_topology(
+        generate(Shape(nodes=2, spines=1, nics=1, planes=1, nodes_per_leaf=2))
+    )
+    ring = Job.model_validate(
+        {
+            "v": 1,
+            "kind": "job",
+            "job": "job-s",
+            "ts_ns": TS,
+            "state": "running",
+            "ranks": [
+                {"rank": 0, "node": "node-000", "port": "mlx5_0:1"},
+                {"rank": 1, "node": "node-001", "port": "mlx5_0:2"},
+            ],
+            "comms": {"c": [0, 1]},
+        }
+    )
+    unused = diagnosis([("port", "node-001/mlx5_0:1")])  # a cable no hop uses
+    first = reroute(small, [ring], None, unused, TS)
+    assert {p.via for p in first.current.plan.paths} == {"spine-a-0"}
+    cable = "node-000/mlx5_0:1"
+    second = reroute(small, [ring], first.current, diagnosis([("port", cable)], ident="d-2"), TS)
+    assert second.failed_over == ("job-s/c/0->1", "job-s/c/1->0")
+    assert second.stranded == ()
+    paths = {p.flow: (p.via, p.links) for p in second.current.plan.paths}
+    assert paths == {
+        "job-s/c/0->1": (None, ("node-000/mlx5_0:2", "node-001/mlx5_0:2")),
+        "job-s/c/1->0": (None, ("node-001/mlx5_0:2", "node-000/mlx5_0:2")),
+    }
+    assert set(second.changed) == set(paths)
+    # A whole leaf down (its uplink and cables) on top: the same, from the plan in force.
+    leaf = diagnosis([("switch", "leaf-0a")], ident="d-3")
+    third = reroute(small, [ring], first.current, leaf, TS)
+    assert third.stranded == () and len(third.current.plan.paths) == 2
