@@ -31,6 +31,7 @@ class Reason(StrEnum):
     NOT_IN_JOB = "not_in_job"
     NO_TARGET = "no_target"
     NO_RECEIVER = "no_receiver"
+    KEPT_OUT = "kept_out"  # a correlator's fabric link stays out of the plan until released
     # failed: the action was attempted and did not happen
     UNKNOWN_TARGET = "unknown_target"
     UNKNOWN_JOB = "unknown_job"

@@ -15,10 +15,19 @@ node told on an earlier try is told again from the new plan, so that no node is 
 paths of a plan that never came into force. A resolved diagnosis gives its links back: they
 are usable again and the plan in force says so (with the default incremental mode no flow
 moves back onto them; with ``best`` flows move when that lowers ``max_util``).
+
+Except the correlator's: a ``link_degraded`` finding of no job naming a fabric link or a
+switch rests on slow paths through it, and the reroute took those paths away, so it resolves
+because of our own action. Giving the link back would bring the traffic, then the finding,
+back (a flap): the step is skipped (``kept_out``) and the link stays out of the plan until an
+operator releases it. A port's finding (hardware counters: the port reports up or clean
+again) still gives the port back. An unexpected planner error fails the step (``no_route``,
+logged with its traceback), it never ends the worker.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Protocol
 
@@ -41,10 +50,14 @@ from actions.policy import Step
 from actions.state import StateError
 from actions.state.store import Claim
 from schemas.base import C4Model
-from schemas.messages import Job
+from schemas.messages import Diagnosis, Job
 from topology.ecmp import hash_model
 from topology.model import Fabric
 
+log = logging.getLogger("c4.actions")
+
+# Suspects the fabric correlator names from slow paths (a port's come from its counters).
+CORRELATED = frozenset({"link", "switch"})
 PlanSaved = Callable[[float, int], None]  # the new plan's max_util, route messages published
 
 
@@ -82,6 +95,16 @@ class Publisher(Protocol):
 
     def flush(self) -> None:
         """Wait until every queued message is delivered."""
+
+
+def kept_out(diagnosis: Diagnosis, suspect_type: str) -> bool:
+    """Whether a resolved diagnosis leaves its suspect out of the plan (see the module doc)."""
+    return (
+        diagnosis.state == "resolved"
+        and diagnosis.job is None
+        and diagnosis.class_ == "link_degraded"
+        and suspect_type in CORRELATED
+    )
 
 
 def told_field(target: str) -> str:
@@ -122,6 +145,12 @@ class RerouteExecutor(Executor):
         if suspect is None or suspect.type not in LINK_SUSPECTS:
             message = f"{step.kind} {step.target} is not a link, port or switch"
             return skipped(Reason.NO_TARGET, message)
+        if kept_out(diagnosis, suspect.type):
+            message = (
+                f"{suspect.type} {suspect.id} stays out of the plan: the finding resolved because"
+                f" the reroute moved its slow paths away (c4 state release {suspect.id})"
+            )
+            return skipped(Reason.KEPT_OUT, message)
         narrowed = diagnosis.model_copy(update={"suspects": (suspect,)})
         try:
             fabric = self._state.fabric()
@@ -147,6 +176,10 @@ class RerouteExecutor(Executor):
             )
         except RerouteError as error:
             return failed(Reason.NO_ROUTE, str(error))
+        except Exception as error:  # a planner bug: record a failed action, keep the worker
+            log.exception("reroute of %s for %s failed unexpectedly", step.target, diagnosis.id)
+            message = f"the planner failed: {type(error).__name__}: {error}"
+            return failed(Reason.NO_ROUTE, message)
         new = result.current
         field = told_field(step.target)
         told = self._told(context.claim, field)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -370,3 +371,51 @@ def test_a_fenced_claim_publishes_nothing(fabric: Fabric) -> None:
     result = run(test, diagnosis([("link", "leaf-0a~spine-a-0")]))
     assert (result.status, result.reason) == ("failed", Reason.FENCED)
     assert test.outbox.published == [] and test.plans.saved == []
+
+
+@pytest.mark.parametrize(("kind", "ident"), [("link", "leaf-3b~spine-b-3"), ("switch", "leaf-3b")])
+def test_a_resolved_correlator_finding_keeps_its_link_out(
+    fabric: Fabric, kind: str, ident: str
+) -> None:
+    # The correlator's link_degraded resolves because the reroute moved its slow paths away:
+    # giving the link back would bring them, and the finding, back.
+    current = in_force(fabric)
+    test = rig(fabric, current)
+    resolved = diagnosis([(kind, ident)], cls="link_degraded", state="resolved")
+    result = run(test, resolved)
+    assert (result.status, result.reason) == ("skipped", Reason.KEPT_OUT)
+    assert f"{kind} {ident} stays out of the plan" in result.message
+    assert f"c4 state release {ident}" in result.message
+    assert test.plans.log == [] and test.plans.plan == current  # nothing replanned or sent
+
+
+def test_a_resolved_port_or_job_finding_still_gives_its_link_back(fabric: Fabric) -> None:
+    cable = "node-002/mlx5_0:2"
+    start = in_force(fabric)
+    current = CurrentPlan(start.id, start.plan, (*start.down, cable), TS)
+    port = rig(fabric, current)
+    back = diagnosis([("port", cable)], cls="link_degraded", state="resolved")
+    result = run(port, back)
+    assert result.status == "done" and cable not in port.plans.saved[0].down
+    link = "leaf-3b~spine-b-3"
+    job = rig(fabric, start)
+    of_job = diagnosis([("link", link)], cls="link_degraded", state="resolved")
+    result = run(job, of_job.model_copy(update={"job": "job-a"}))
+    assert result.status == "done" and job.plans.saved[0].down == ()
+
+
+def test_an_unexpected_planner_error_is_a_failed_step_not_a_dead_worker(
+    fabric: Fabric, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise KeyError(-1)
+
+    monkeypatch.setattr("actions.reroute_executor.reroute", broken)
+    test = rig(fabric, in_force(fabric))
+    with caplog.at_level(logging.ERROR, logger="c4.actions"):
+        result = run(test, diagnosis([("switch", "leaf-1a")], cls="link_degraded"), tries=3)
+    assert (result.status, result.reason, result.retryable) == ("failed", Reason.NO_ROUTE, False)
+    assert result.message == "the planner failed: KeyError: -1"
+    (record,) = caplog.records
+    assert record.exc_info is not None and "leaf-1a" in record.getMessage()
+    assert test.plans.saved == [] and test.outbox.published == []
