@@ -309,9 +309,11 @@ def test_a_resolved_finding_clears_its_suspect_marks_and_resolves_the_alert(
     assert [(a.action, a.detail["state"], a.status) for a in actions] == [
         ("reroute", "firing", "done"),
         ("alert", "firing", "done"),
-        ("reroute", "resolved", "done"),
+        ("reroute", "resolved", "skipped"),
         ("alert", "resolved", "done"),
     ]
+    # The correlator's finding resolved after the reroute: its link stays out of the plan.
+    assert actions[2].detail["reason"] == "kept_out"
     link = cluster.state.component("link", "leaf-0a~spine-a-0")
     assert link is not None
     assert link.state == "healthy"
