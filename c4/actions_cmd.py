@@ -17,6 +17,7 @@ from actions.state import StateError, StateUnavailable
 from actions.transport import KafkaTransport
 from actions.worker import EXECUTORS, ActionWorker, Topics, build_executors, worker_id
 from c4 import C4Error
+from c4.security import KafkaAccessError, check_kafka_access, install_secret_redaction, redacted
 from c4.state_cmd import open_state
 
 if TYPE_CHECKING:
@@ -43,11 +44,18 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     except ConfigError as error:
         message = f"{args.config}: {error}"
         raise WorkerStartError(message) from None
+    webhooks = [receiver.secret for receiver in config.receivers]
+    webhooks.append(config.launcher.webhook.secret if config.launcher.webhook else None)
+    install_secret_redaction(secret.get_secret_value() for secret in webhooks if secret)
+    try:
+        check_kafka_access(settings, timeout_s=5.0, require_answer=False)
+    except KafkaAccessError as error:
+        raise WorkerStartError(str(error)) from None
     state = open_state(settings)
     try:
         state.client.ping()
     except Exception as error:  # noqa: BLE001 - any failure to reach Redis is reported alike
-        message = f"redis at {settings.redis_url} does not answer ({error})"
+        message = f"redis at {redacted(settings.redis_url)} does not answer ({error})"
         raise WorkerStartError(message) from None
     log = logging.getLogger("c4.actions")
     try:

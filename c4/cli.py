@@ -29,6 +29,7 @@ from c4 import (
     topology_cmd,
     validate,
 )
+from c4.security import install_secret_redaction, settings_secrets
 from c4.settings import load_settings
 
 SUBCOMMANDS = (
@@ -93,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = ".".join(str(part) for part in first["loc"])
         print(f"c4: error: setting {where}: {one_line(first['msg'])}", file=sys.stderr)
         return 2
+    install_secret_redaction(settings_secrets(settings))
     try:
         code: int = args.handler(args, settings)
     except C4Error as error:

@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from c4 import C4Error
+from c4.security import KafkaAccessError, check_kafka_access, redacted
 from schemas.topics import ALL_TOPICS
 
 if TYPE_CHECKING:
@@ -25,6 +26,10 @@ class DoctorError(C4Error):
 
 def check_kafka(settings: Settings, timeout_s: float = 20.0) -> list[str]:
     """Broker answers, v1 topics listed, a message produced is consumed back."""
+    try:
+        check_kafka_access(settings, timeout_s)
+    except KafkaAccessError as error:
+        raise DoctorError(str(error)) from None
     # Errors only: librdkafka's retry notices while a fresh broker settles are not findings.
     config = {**settings.kafka_client_config(), "log_level": 3}
     admin = AdminClient(config)
@@ -85,11 +90,12 @@ def check_redis(settings: Settings) -> list[str]:
             raise DoctorError(message)
         client.delete(key)
     except redis.RedisError as error:
-        message = f"redis at {settings.redis_url} failed: {error}"
+        message = f"redis at {redacted(settings.redis_url)} failed: {error}"
         raise DoctorError(message) from error
     finally:
         client.close()
-    return [f"redis {settings.redis_url}: round trip {1000 * (time.monotonic() - started):.0f} ms"]
+    elapsed_ms = 1000 * (time.monotonic() - started)
+    return [f"redis {redacted(settings.redis_url)}: round trip {elapsed_ms:.0f} ms"]
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:

@@ -167,20 +167,71 @@ def render_pom(kafka_version: str) -> str:
 """
 
 
+def stack_serves_sasl(settings: Settings) -> bool:
+    """Whether the local broker's client listener requires SASL/PLAIN (C4_KAFKA_* say so).
+
+    With ``C4_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT`` the stack serves what the clients are
+    configured for: one SASL_PLAINTEXT listener whose only user is the configured username
+    and password (PLAIN). TLS is not served locally (StackError): use a real cluster for it.
+    """
+    protocol = settings.kafka_security_protocol
+    if protocol in ("SSL", "SASL_SSL"):
+        message = (
+            f"the local stack serves PLAINTEXT or SASL_PLAINTEXT, not {protocol}:"
+            " point C4_KAFKA_BOOTSTRAP at a TLS broker instead of running c4 stack up"
+        )
+        raise StackError(message)
+    if protocol != "SASL_PLAINTEXT":
+        return False
+    username, password = settings.kafka_sasl_username, settings.kafka_sasl_password
+    if settings.kafka_sasl_mechanism != "PLAIN" or not username or password is None:
+        message = (
+            "a SASL_PLAINTEXT local stack needs C4_KAFKA_SASL_MECHANISM=PLAIN,"
+            " C4_KAFKA_SASL_USERNAME and C4_KAFKA_SASL_PASSWORD"
+        )
+        raise StackError(message)
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", username):
+        message = "C4_KAFKA_SASL_USERNAME of the local stack: letters, digits, '_', '-'"
+        raise StackError(message)
+    return True
+
+
+def _properties_escaped(text: str) -> str:
+    """A value as java.util.Properties reads it back: backslashes doubled, non-ASCII as \\u."""
+    out = []
+    for char in text.replace("\\", "\\\\"):
+        if " " <= char <= "~":
+            out.append(char)
+        else:
+            data = char.encode("utf-16-be", "surrogatepass")
+            out += [f"\\u{data[i] << 8 | data[i + 1]:04x}" for i in range(0, len(data), 2)]
+    return "".join(out)
+
+
+def _plain_jaas(username: str, password: str) -> str:
+    """The PLAIN login module: the broker's own identity, which is also its only user."""
+    quoted = '"' + password.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required"
+        f' username="{username}" password={quoted} user_{username}={quoted};'
+    )
+
+
 def render_server_properties(settings: Settings, data_dir: Path) -> str:
     """server.properties of a single-node KRaft broker+controller on 127.0.0.1."""
     port = settings.stack_kafka_port
     controller = settings.stack_controller_port
+    client = "SASL_PLAINTEXT" if stack_serves_sasl(settings) else "PLAINTEXT"
     entries = {
         "process.roles": "broker,controller",
         "node.id": "1",
         # Dynamic quorum (KIP-853): formatted with --standalone, no static voter list.
         "controller.quorum.bootstrap.servers": f"{HOST}:{controller}",
-        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "listeners": f"{client}://{HOST}:{port},CONTROLLER://{HOST}:{controller}",
+        "advertised.listeners": f"{client}://{HOST}:{port}",
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "inter.broker.listener.name": client,
+        "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{client}:{client}",
         "log.dirs": str(data_dir),
         # One broker: every internal topic must accept a single replica.
         "offsets.topic.replication.factor": "1",
@@ -196,6 +247,17 @@ def render_server_properties(settings: Settings, data_dir: Path) -> str:
         "auto.create.topics.enable": "true",
         "num.partitions": "8",
     }
+    if client == "SASL_PLAINTEXT":
+        username = settings.kafka_sasl_username or ""
+        password = settings.kafka_sasl_password
+        secret = password.get_secret_value() if password is not None else ""
+        entries |= {
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": _properties_escaped(
+                _plain_jaas(username, secret)
+            ),
+        }
     lines = ["# Written by c4 stack up; rewritten on every start.", ""]
     lines += [f"{key}={value}" for key, value in entries.items()]
     return "\n".join(lines) + "\n"
@@ -475,9 +537,11 @@ def _start_kafka(settings: Settings, component: _Component, progress: Progress |
     java = _require("java", _JAVA_HINT)
     component.run_dir.mkdir(parents=True, exist_ok=True)
     properties = kafka_properties_path(settings)
-    properties.write_text(
-        render_server_properties(settings, component.run_dir / "data"), encoding="utf-8"
-    )
+    # 0600: with SASL it holds the password (the command line names only the file).
+    descriptor = os.open(properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(render_server_properties(settings, component.run_dir / "data"))
+    os.chmod(properties, 0o600)
     _format_storage(settings, java, lib, component, progress)
     argv = [
         java,
@@ -497,14 +561,15 @@ def _start_kafka(settings: Settings, component: _Component, progress: Progress |
 
 
 def _stack_admin_config(settings: Settings) -> dict[str, str | int | float | bool]:
-    """Client config for the stack's own broker: its PLAINTEXT port, whatever C4_KAFKA_* says."""
+    """Client config for the stack's own broker: its port, SASL only when it serves SASL."""
+    sasl = stack_serves_sasl(settings)
     config: dict[str, str | int | float | bool] = {
         key: value
         for key, value in settings.kafka_client_config().items()
-        if not key.startswith(("sasl.", "ssl."))
+        if not key.startswith("ssl.") and (sasl or not key.startswith("sasl."))
     }
     config["bootstrap.servers"] = f"{HOST}:{settings.stack_kafka_port}"
-    config["security.protocol"] = "PLAINTEXT"
+    config["security.protocol"] = "SASL_PLAINTEXT" if sasl else "PLAINTEXT"
     # Critical only: a broker still starting up is expected, not worth librdkafka's stderr.
     config["log_level"] = 2
     return config

@@ -21,6 +21,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
     from c4.diagnose_cmd import load_params
     from c4.inputs import load_document
+    from c4.security import check_kafka_access, faust_credentials
     from schemas.files import Topology
     from schemas.topics import ALL_TOPICS
     from streams.core.params import DetectorParams
@@ -28,6 +29,15 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     from streams.logs import json_logging_config
 
     topology = load_document(args.topology, "topology", Topology) if args.topology else None
+    # Wrong credentials or protocol: one line now, rather than Faust retrying forever.
+    check_kafka_access(settings, timeout_s=5.0, require_answer=False)
+    credentials = faust_credentials(settings)
+    app_settings: dict[str, object] = {
+        # Faust keeps a small folder per app (its table metadata); not in the current folder.
+        "datadir": str(settings.stack_dir / "faust" / args.app_id),
+    }
+    if credentials is not None:
+        app_settings["broker_credentials"] = credentials
     params, job_params = load_params(args.params) if args.params else (DetectorParams(), {})
     config = DetectionConfig(
         app_id=args.app_id,
@@ -41,8 +51,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         snapshot_interval_s=args.snapshot_interval,
         web_port=args.web_port,
         web_bind=args.web_bind,
-        # Faust keeps a small folder per app (its table metadata); not in the current folder.
-        app_settings={"datadir": str(settings.stack_dir / "faust" / args.app_id)},
+        app_settings=app_settings,
     )
     worker = create_detection_app(config)
     if args.metrics_port:
