@@ -130,7 +130,11 @@ class DiagnosisReader:
 def publish(bootstrap: str, topic_of: Callable[[C4Model], str], messages: list[C4Model]) -> None:
     """Publish every message at once (keyed and partitioned as the contract says)."""
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "partitioner": "murmur2_random"}
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "partitioner": "murmur2_random",
+        }
     )
     for message in messages:
         producer.produce(topic_of(message), key=key_of(message).encode(), value=encode(message))
