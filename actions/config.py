@@ -35,6 +35,10 @@ NAME = r"^[A-Za-z0-9_.-]{1,64}$"
 class ConfigError(ActionsError):
     """The configuration file is unreadable or invalid; the message is one line."""
 
+    def __init__(self, message: str) -> None:
+        # Field names and values come from the file: a newline in a key stays escaped.
+        super().__init__("".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message))
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -27,6 +27,8 @@ from schemas.topics import FABRIC_KEY, TOPICS_BY_KIND, KeyRule
 VERSION = 1
 # Kafka's default message.max.bytes is ~1 MiB; anything far above it is not a v1 message.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# Kept of a rejected payload in its dead letter (escaped, it may grow up to 4x in JSON).
+MAX_DEADLETTER_PAYLOAD = 256 * 1024
 
 MESSAGE_MODELS: dict[str, type[C4Model]] = {
     "collective": Collective,
@@ -209,12 +211,18 @@ def key_of(message: C4Model) -> str:
 def dead_letter(
     topic: str, payload: bytes | bytearray | str, rejection: Rejection, ts_ns: int
 ) -> Deadletter:
-    """The dead letter for a rejected input: its topic, reason and original bytes as text."""
+    """The dead letter for a rejected input: its topic, reason and original bytes as text.
+
+    A payload over `MAX_DEADLETTER_PAYLOAD` characters (a message rejected as too large)
+    is cut there and says so: the dead letter itself must stay a readable v1 message.
+    """
     text = (
         payload
         if isinstance(payload, str)
         else bytes(payload).decode("utf-8", errors="backslashreplace")
     )
+    if len(text) > MAX_DEADLETTER_PAYLOAD:
+        text = f"{text[:MAX_DEADLETTER_PAYLOAD]}... [cut: {len(text)} characters in all]"
     return Deadletter(
         v=1, kind="deadletter", topic=topic, ts_ns=ts_ns, error=rejection.reason, payload=text
     )

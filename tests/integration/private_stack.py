@@ -9,6 +9,7 @@ and ``start`` brings back whatever is down (``stack_up`` reuses what still runs)
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -23,17 +24,26 @@ from c4.stack import stack_down, stack_up
 Component = Literal["kafka", "redis"]
 
 
+# Below Linux's ephemeral range (32768-60999): a client that keeps reconnecting to a dead
+# broker's port in that range can end up connected to itself (TCP simultaneous open), and the
+# port then looks taken when the broker restarts.
+PORT_RANGE = (20_000, 32_000)
+
+
 def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    rng = random.SystemRandom()
+    ports: list[int] = []
+    while len(ports) < count:
+        port = rng.randrange(*PORT_RANGE)
+        if port in ports:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+    return ports
 
 
 class PrivateStack:
