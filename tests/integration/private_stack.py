@@ -19,14 +19,13 @@ from types import TracebackType
 from typing import Literal
 
 from c4.settings import Settings, load_settings
-from c4.stack import stack_down, stack_up
+from c4.stack import port_answers, stack_down, stack_up
 
 Component = Literal["kafka", "redis"]
 
 
-# Below Linux's ephemeral range (32768-60999): a client that keeps reconnecting to a dead
-# broker's port in that range can end up connected to itself (TCP simultaneous open), and the
-# port then looks taken when the broker restarts.
+# Below Linux's ephemeral range (32768-60999), so that no client connection's own port
+# collides with a port chosen here.
 PORT_RANGE = (20_000, 32_000)
 
 
@@ -73,14 +72,14 @@ class PrivateStack:
         """The private Redis URL (without password)."""
         return self.settings.redis_url
 
+    def _port(self, component: Component) -> int:
+        if component == "kafka":
+            return self.settings.stack_kafka_port
+        return self.settings.stack_redis_port
+
     def run_dir(self, component: Component) -> Path:
         """Where ``c4.stack`` keeps the component's pid, log and data."""
-        port = (
-            self.settings.stack_kafka_port
-            if component == "kafka"
-            else self.settings.stack_redis_port
-        )
-        return self.settings.stack_dir / "run" / f"{component}-{port}"
+        return self.settings.stack_dir / "run" / f"{component}-{self._port(component)}"
 
     def pid(self, component: Component) -> int:
         """The component's pid as its pid file says."""
@@ -106,10 +105,11 @@ class PrivateStack:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass
-            if not Path(f"/proc/{pid}").exists():
+            if not Path(f"/proc/{pid}").exists() and not port_answers(self._port(component)):
                 return
             state = Path(f"/proc/{pid}/stat").read_text(errors="replace").rsplit(")", 1)[-1]
-            if state.split()[0] in {"Z", "X"}:
+            if state.split()[0] in {"Z", "X"} and not port_answers(self._port(component)):
+                # A zombie leader can still hold its sockets while its other threads exit.
                 return
             time.sleep(0.05)
         message = f"{component} (pid {pid}) did not stop"

@@ -24,9 +24,9 @@ from tests.integration.workers import FaustWorker
 
 # Event seconds per wall second. Two workers share placements and port health through a
 # global table, whose updates take a fraction of a wall second to reach the other worker:
-# sped up 5x that is seconds of event time, which a real cluster (1x) never sees.
+# sped up that is seconds of event time, which a real cluster (1x) never sees: real time.
 SPEED_ONE_WORKER = 5.0
-SPEED_TWO_WORKERS = 2.0
+SPEED_TWO_WORKERS = 1.0
 
 
 def every_fault_class() -> dict[str, Any]:

@@ -92,6 +92,16 @@ class Stream:
             yield record
 
 
+def assert_payload_kept(payload: str, raw: bytes) -> None:
+    """The dead letter holds the original bytes; an oversized message's only their start."""
+    original = raw.decode("utf-8", "backslashreplace")
+    if len(original) <= MAX_DEADLETTER_PAYLOAD:
+        assert payload == original
+    else:
+        assert payload.startswith(original[:MAX_DEADLETTER_PAYLOAD])
+        assert payload.endswith(f"[cut: {len(original)} characters in all]")
+
+
 @dataclass
 class Topic:
     sent: list[tuple[bytes, bytes]] = field(default_factory=list)
@@ -125,12 +135,7 @@ def test_streams_decoding_passes_good_records_and_dead_letters_bad_ones(
         assert isinstance(letter, Deadletter), letter
         assert key == event.key
         assert letter.topic == "in.topic" and letter.error == rejection.reason
-        original = event.value.decode("utf-8", "backslashreplace")
-        if len(original) <= MAX_DEADLETTER_PAYLOAD:
-            assert letter.payload == original
-        else:  # an oversized message: its dead letter keeps the start and says it was cut
-            assert letter.payload.startswith(original[:MAX_DEADLETTER_PAYLOAD])
-            assert letter.payload.endswith(f"[cut: {len(original)} characters in all]")
+        assert_payload_kept(letter.payload, event.value)
 
 
 # --- the action worker's consume loop ----------------------------------------------------
@@ -227,4 +232,4 @@ def test_action_worker_acts_on_good_records_and_dead_letters_bad_ones(
     for (letter, key), (record, rejection) in zip(letters, bad, strict=True):
         assert key == record.raw_key.decode()
         assert letter.topic == record.topic_name and letter.error == rejection.reason
-        assert letter.payload == record.raw.decode("utf-8", "backslashreplace")
+        assert_payload_kept(letter.payload, record.raw)
