@@ -7,11 +7,14 @@ events: the same classes, jobs and suspects, each published once.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from tests.integration.live_runs import (
     DiagnosisReader,
@@ -81,6 +84,23 @@ def run() -> SimulatedRun:
     return simulated
 
 
+def wait_for_members(
+    bootstrap: str, group: str, members: int, alive: Callable[[], None], timeout_s: float = 90
+) -> None:
+    """Until the consumer group is stable with ``members`` members, each with partitions."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive()
+        description = admin.describe_consumer_groups([group])[group].result(10)
+        assigned = [m for m in description.members if m.assignment.topic_partitions]
+        if str(description.state).endswith("STABLE") and len(assigned) == members:
+            return
+        time.sleep(0.5)
+    message = f"group {group} not stable with {members} members in {timeout_s} s"
+    raise AssertionError(message)
+
+
 def live_findings(
     run: SimulatedRun,
     bootstrap: str,
@@ -110,6 +130,10 @@ def live_findings(
             for worker in running:
                 worker.assert_alive()
 
+        if workers > 1:
+            # The partitions are shared out before the run, so that this test is about
+            # several owners, not about a hand-over (test_live_restart.py covers that).
+            wait_for_members(bootstrap, f"test-{unique}", workers, alive)
         reader = DiagnosisReader(bootstrap, f"{prefix}.diagnosis", f"check-{unique}")
         publisher = PacedPublisher(bootstrap, prefix, run.messages, speed)
         publisher.start()
