@@ -159,14 +159,13 @@ class DurableDetection:
         log.info("took over %s %s from its snapshot", kind, key)
 
     def save(self, owners: Iterable[tuple[str, str]]) -> None:
-        """Write the state of these jobs and nodes (a job gone: its key deleted)."""
-        for kind, key in list(owners):
+        """Write the state of these jobs and nodes (one gone: its key deleted)."""
+        owners = list(owners)
+        nodes = {key for kind, key in owners if kind == "node"}
+        node_states = self.engine.node_states(nodes) if nodes else {}
+        for kind, key in owners:
+            state = self.engine.job_state(key) if kind == "job" else node_states.get(key)
             table = self._tables[kind]
-            state = (
-                self.engine.job_state(key)
-                if kind == "job"
-                else (self.engine.node_state(key) if key in self.engine.hardware.nodes() else None)
-            )
             if state is None:
                 table.pop(key.encode(), None)
             else:

@@ -235,9 +235,9 @@ class Engine:
         self._reported_paths.pop(job, None)
         self._changed_paths.pop(job, None)
 
-    def node_state(self, node: str) -> dict[str, Any]:
-        """One node's hardware state as plain data."""
-        return self.hardware.node_state(node)
+    def node_states(self, nodes: set[str]) -> dict[str, dict[str, Any]]:
+        """The hardware state of each of these nodes held here, as plain data."""
+        return self.hardware.node_states(nodes)
 
     def restore_node(self, state: dict[str, Any]) -> None:
         """Take over a node's hardware state from a snapshot."""

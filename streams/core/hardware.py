@@ -191,19 +191,38 @@ class HardwareMonitor:
         """The nodes this monitor holds state of."""
         return {node_of(key) for key in (*self._ports, *self._gpu_faults, *self._ecc)}
 
-    def node_state(self, node: str) -> dict[str, Any]:
-        """One node's port and GPU state and open findings, as plain data."""
+    def node_states(self, nodes: set[str]) -> dict[str, dict[str, Any]]:
+        """The state of each of ``nodes`` this monitor holds anything of, as plain data.
 
-        def mine(key: str) -> bool:
-            return node_of(key) == node
+        One pass over the monitor, however many nodes are asked for: a worker snapshots all
+        its changed nodes at once.
+        """
+        out: dict[str, dict[str, Any]] = {}
 
-        return {
-            "ports": [[pid, *astuple(st)] for pid, st in self._ports.items() if mine(pid)],
-            "gpu_faults": {gid: ts for gid, ts in self._gpu_faults.items() if mine(gid)},
-            "ecc": {gid: count for gid, count in self._ecc.items() if mine(gid)},
-            "findings": self.book.state(mine),
-            "owners": [[cls, key, job] for (cls, key), (job,) in self._owner.items() if mine(key)],
-        }
+        def entry(part: str) -> dict[str, Any] | None:
+            node = node_of(part)
+            if node not in nodes:
+                return None
+            if node not in out:
+                out[node] = {"ports": [], "gpu_faults": {}, "ecc": {}, "findings": [], "owners": []}
+            return out[node]
+
+        for pid, port in self._ports.items():
+            if (found := entry(pid)) is not None:
+                found["ports"].append([pid, *astuple(port)])
+        for gid, ts in self._gpu_faults.items():
+            if (found := entry(gid)) is not None:
+                found["gpu_faults"][gid] = ts
+        for gid, count in self._ecc.items():
+            if (found := entry(gid)) is not None:
+                found["ecc"][gid] = count
+        for row in self.book.state(lambda key: node_of(key) in nodes):
+            if (found := entry(row[2])) is not None:
+                found["findings"].append(row)
+        for (cls, key), (job,) in self._owner.items():
+            if (found := entry(key)) is not None:
+                found["owners"].append([cls, key, job])
+        return out
 
     def restore_node(self, state: dict[str, Any]) -> None:
         """Take one node's state from a snapshot."""

@@ -58,7 +58,10 @@ def test_restored_engine_finds_what_the_uninterrupted_one_finds(kind: str) -> No
     before = [d for m in messages[:split] for d in first.process(m)]
 
     jobs = {job: encode_state(first.job_state(job) or {}) for job in first.jobs}
-    nodes = {node: encode_state(first.node_state(node)) for node in first.hardware.nodes()}
+    nodes = {
+        node: encode_state(state)
+        for node, state in first.node_states(first.hardware.nodes()).items()
+    }
     assert jobs, "the run tracked no job before the split"
 
     restored = Engine(topology=topology)
