@@ -11,6 +11,7 @@ import redis
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from tests.integration.actions_harness import Cluster, HttpReceiver
 from tests.integration.private_stack import PrivateStack
 
 
@@ -50,3 +51,23 @@ def private_stack() -> Iterator[PrivateStack]:
     """A Kafka and a Redis of this test's own, for tests that stop, kill or restart them."""
     with PrivateStack() as stack:
         yield stack
+
+
+@pytest.fixture
+def cluster(kafka_bootstrap: str, redis_url: str, unique: str) -> Iterator[Cluster]:
+    """The actions worker's world: its own topics, Redis key prefix and configuration."""
+    made = Cluster(kafka_bootstrap, redis_url, unique)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[HttpReceiver]:
+    """A real HTTP receiver on 127.0.0.1 for webhooks (launcher, alerts)."""
+    server = HttpReceiver()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,15 +20,6 @@ from tests.integration.actions_harness import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(kafka_bootstrap: str, redis_url: str, unique: str) -> Iterator[Cluster]:
-    made = Cluster(kafka_bootstrap, redis_url, unique)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def test_killed_between_allocation_and_publication_ends_with_one_replacement(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from confluent_kafka import Consumer
 
@@ -29,24 +27,6 @@ RING = ["node-000", "node-008", "node-001", "node-009", "node-002", "node-010"]
 UNUSED = "leaf-0b~spine-b-0"  # plane b: the job's ports (mlx5_0:1) are all on plane a
 USED = "leaf-0a~spine-a-0"
 OTHER = "leaf-0a~spine-a-1"  # leaf-0a's other plane-a uplink
-
-
-@pytest.fixture
-def cluster(kafka_bootstrap: str, redis_url: str, unique: str) -> Iterator[Cluster]:
-    made = Cluster(kafka_bootstrap, redis_url, unique)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
-@pytest.fixture
-def receiver() -> Iterator[HttpReceiver]:
-    server = HttpReceiver()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 class Routes:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
 import orjson
 import pytest
@@ -25,24 +24,6 @@ from tests.integration.actions_harness import (
 pytestmark = pytest.mark.integration
 
 JOB_NODES = ["node-008", "node-009", "node-010"]
-
-
-@pytest.fixture
-def cluster(kafka_bootstrap: str, redis_url: str, unique: str) -> Iterator[Cluster]:
-    made = Cluster(kafka_bootstrap, redis_url, unique)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
-@pytest.fixture
-def receiver() -> Iterator[HttpReceiver]:
-    server = HttpReceiver()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def by_action(actions: list[Action]) -> dict[str, list[Action]]:
