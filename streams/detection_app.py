@@ -32,7 +32,7 @@ from schemas.files import Topology
 from schemas.messages import Diagnosis
 from schemas.topics import ALL_TOPICS, FABRIC_KEY
 from streams.app import INPUT_TOPICS, create_app
-from streams.core.engine import Engine, SharedFacts
+from streams.core.engine import Engine
 from streams.core.fabric import FabricHub
 from streams.core.job import SlowPath
 from streams.core.params import DetectorParams
@@ -122,15 +122,6 @@ def create_detection_app(
         tp = faust.types.TP(topic, partition_of(key, config.partitions))
         return tp in holder["app"].consumer.assignment()
 
-    def make_engine(facts: SharedFacts) -> Engine:
-        return Engine(
-            config.params,
-            config.job_params,
-            config.topology,
-            shared=facts,
-            local_fabric=False,
-        )
-
     async def publish(found: list[Diagnosis]) -> None:
         for diagnosis in found:
             key = diagnosis.job if diagnosis.job is not None else FABRIC_KEY
@@ -170,9 +161,9 @@ def create_detection_app(
     node_states = app.Table("node-state", partitions=config.partitions, **raw)
     fabric_state = app.Table("fabric-state", partitions=1, **raw)
     # One partition and a recovery buffer of one: Faust's advice for global tables shared
-    # by several workers (larger settings can loop in recovery).
-    # Every worker writes to it and must read the others' writes continuously, not only at
-    # start-up: synchronize_all_active_partitions keeps its partition a standby everywhere.
+    # by several workers (larger settings can loop in recovery). Every worker writes to it
+    # and must read the others' writes continuously, not only at start-up:
+    # synchronize_all_active_partitions keeps its partition a standby everywhere.
     shared = app.GlobalTable(
         "shared-facts",
         partitions=1,
@@ -181,7 +172,10 @@ def create_detection_app(
         **raw,
     )
     facts = TableFacts(shared)
-    live = LiveDetection(make_engine(facts), clock_rate=config.clock_rate, metrics=metrics)
+    engine = Engine(
+        config.params, config.job_params, config.topology, shared=facts, local_fabric=False
+    )
+    live = LiveDetection(engine, clock_rate=config.clock_rate, metrics=metrics)
     durable = DurableDetection(
         live,
         job_states,
@@ -223,8 +217,8 @@ def create_detection_app(
         }
         if report["now_ns"]:
             await fabric_paths.send(key=FABRIC_STATE_KEY, value=orjson.dumps(report))
-        if time.monotonic() - holder.get("lag_at", 0.0) >= LAG_EVERY_S:
-            holder["lag_at"] = time.monotonic()
+        if monotonic() - holder.get("lag_at", 0.0) >= LAG_EVERY_S:
+            holder["lag_at"] = monotonic()
             await _record_lag(app, metrics)
 
     app.timer(interval=config.tick_s)(tick)
