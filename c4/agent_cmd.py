@@ -63,8 +63,19 @@ def build_sources(args: argparse.Namespace) -> list[Source]:
     if args.fr_dir:
         sources.append(FlightRecorderSource(Path(args.fr_dir), args.job, args.interval))
     if args.handoff:
-        sources.append(HandoffSource(Path(args.handoff), args.interval))
+        checkpoint = Path(args.handoff_state) if args.handoff_state else None
+        sources.append(HandoffSource(Path(args.handoff), args.interval, checkpoint=checkpoint))
     return sources
+
+
+def _handoffs(sources: list[Source]) -> list[HandoffSource]:
+    return [source for source in sources if isinstance(source, HandoffSource)]
+
+
+def _commit(handoff: HandoffSource) -> None:
+    problem = handoff.commit()
+    if problem is not None:
+        _report(f"source {handoff.name}: {problem}")
 
 
 def _report(line: str) -> None:
@@ -85,10 +96,14 @@ def _printer(message: C4Model) -> None:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
+    spool_dir = Path(args.spool_dir) if args.spool_dir else settings.stack_dir / "agent-spool"
+    if args.handoff and not args.print and not args.handoff_state:
+        # Read positions kept beside the spool: a restarted agent goes on where it was.
+        args.handoff_state = str(spool_dir / "handoff-offsets.json")
     sources = build_sources(args)
+    handoffs = _handoffs(sources)
     publisher: Publisher | None = None
     if not args.print:
-        spool_dir = Path(args.spool_dir) if args.spool_dir else settings.stack_dir / "agent-spool"
         try:
             spool = DiskSpool(spool_dir, max_bytes=args.spool_max_mb << 20)
         except SpoolError as error:
@@ -115,6 +130,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             now = time.monotonic()
             if publisher is not None:
                 publisher.service()
+                if publisher.in_flight() == 0:
+                    # Everything read so far is acknowledged or in the spool.
+                    for handoff in handoffs:
+                        _commit(handoff)
                 counts = publisher.counts
                 trouble = (counts.outages, counts.dropped_heartbeats, counts.dropped_records)
                 # Outages and drops are told at once (at most every few seconds), the rest
@@ -133,6 +152,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         agent.close()
         if publisher is not None:
             left = publisher.close(args.drain_s)
+            for handoff in handoffs:  # what was not delivered is in the spool now
+                _commit(handoff)
             _report(f"{_summary(publisher.counts)}; {left} not yet delivered (kept in the spool)")
     return 0
 
@@ -151,6 +172,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--inspector-dir", help="NCCL Inspector dump folder to tail")
     parser.add_argument("--fr-dir", help="Flight Recorder dump folder to watch")
     parser.add_argument("--handoff", help="folder the torch instrumentation writes to")
+    parser.add_argument(
+        "--handoff-state",
+        help="file keeping the handoff read positions (default <spool dir>/handoff-offsets.json)",
+    )
     parser.add_argument("--interval", type=float, default=1.0, help="collective sources, s")
     parser.add_argument("--link-interval", type=float, default=1.0, help="sysfs, s")
     parser.add_argument("--gpu-interval", type=float, default=5.0, help="NVML, s")

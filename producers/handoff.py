@@ -6,6 +6,12 @@ folder (`HandoffSource`), publishes what it reads, and deletes a writer's file o
 read all of it and the writer has moved on to a newer one, so the folder stays small and the
 training process needs no Kafka client. A line cut off at the end of a file waits for the
 next round; a line that is not a valid v1 message is a problem line and is skipped.
+
+With a checkpoint file, the read positions survive the agent: the agent commits them only
+when every message read so far is acknowledged by the broker or in the disk spool, and a
+file is deleted only once it is committed to its end. A restarted agent (kill -9 included)
+goes on from the last commit: what it had read but not yet delivered is read again
+(at-least-once; the detectors take a repeated operation report once), nothing is skipped.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
+
+import orjson
 
 from producers.sources import Reading
 from schemas.base import C4Model
@@ -67,16 +75,79 @@ def glob_escape(text: str) -> str:
 class HandoffSource:
     """The messages appended to the folder's ``*.jsonl`` files since the last round."""
 
-    def __init__(self, folder: Path, interval_s: float = 1.0, name: str = "handoff") -> None:
+    def __init__(
+        self,
+        folder: Path,
+        interval_s: float = 1.0,
+        name: str = "handoff",
+        checkpoint: Path | None = None,
+    ) -> None:
         self.name = name
         self.interval_s = interval_s
         self.folder = folder
-        self._offsets: dict[Path, int] = {}
+        self.checkpoint = checkpoint
+        self._offsets: dict[Path, int] = {}  # read up to here
+        self._committed: dict[Path, int] = {}  # delivered (or spooled) up to here
+        self._startup_problem: str | None = None
+        self._failing_commit = False
+        if checkpoint is not None:
+            self._offsets = self._load(checkpoint)
+            self._committed = dict(self._offsets)
+
+    def _load(self, checkpoint: Path) -> dict[Path, int]:
+        """The committed positions; an unreadable checkpoint means reading from the start."""
+        try:
+            data = orjson.loads(checkpoint.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (OSError, orjson.JSONDecodeError) as error:
+            self._startup_problem = (
+                f"{checkpoint}: unreadable checkpoint ({error}); reading every file from its start"
+            )
+            return {}
+        if not isinstance(data, dict) or not all(
+            isinstance(name, str) and "/" not in name and type(at) is int and at >= 0
+            for name, at in data.items()
+        ):
+            self._startup_problem = (
+                f"{checkpoint}: not a map of file name to byte offset; "
+                "reading every file from its start"
+            )
+            return {}
+        # A file deleted meanwhile is forgotten: a later file of that name starts afresh.
+        return {
+            self.folder / name: at for name, at in data.items() if (self.folder / name).exists()
+        }
+
+    def commit(self) -> str | None:
+        """Record that everything read so far is delivered: written atomically, when changed.
+
+        The problem as one line when the checkpoint cannot be written (tried again at the
+        next commit; meanwhile a restart would read some messages a second time).
+        """
+        if self.checkpoint is None or self._committed == self._offsets:
+            return None
+        data = orjson.dumps({path.name: at for path, at in sorted(self._offsets.items())})
+        temporary = self.checkpoint.with_name(self.checkpoint.name + ".tmp")
+        try:
+            temporary.write_bytes(data)
+            os.replace(temporary, self.checkpoint)
+        except OSError as error:
+            if self._failing_commit:
+                return None
+            self._failing_commit = True
+            return f"{self.checkpoint}: cannot write the checkpoint ({error.strerror or error})"
+        self._failing_commit = False
+        self._committed = dict(self._offsets)
+        return None
 
     def read(self, now_ns: int) -> Reading:
         """Decode every complete new line of every file."""
         del now_ns  # the messages carry their own times
         reading = Reading()
+        if self._startup_problem is not None:
+            reading.problems.append(self._startup_problem)
+            self._startup_problem = None
         paths = sorted(self.folder.glob("*.jsonl")) if self.folder.is_dir() else []
         for path in paths:
             offset = self._offsets.get(path, 0)
@@ -107,7 +178,9 @@ class HandoffSource:
         return reading
 
     def _forget_finished(self, paths: list[Path]) -> None:
-        """Delete the files read to their end whose writer has a newer file."""
+        """Delete the files read (committed, with a checkpoint) to their end whose writer has a
+        newer file."""
+        done = self._offsets if self.checkpoint is None else self._committed
         newest: dict[str, int] = {}
         for path in paths:
             match = _NUMBERED.match(path.name)
@@ -119,9 +192,10 @@ class HandoffSource:
             if match is None or int(match.group("index")) >= newest[match.group("writer")]:
                 continue
             try:
-                if self._offsets.get(path, -1) >= path.stat().st_size:
+                if done.get(path, -1) >= path.stat().st_size:
                     path.unlink()
-                    del self._offsets[path]
+                    self._offsets.pop(path, None)
+                    self._committed.pop(path, None)
             except OSError:
                 continue
 

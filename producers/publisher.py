@@ -196,6 +196,10 @@ class Publisher:
             self.counts.failed += 1
             self.counts.last_error = str(error)
 
+    def in_flight(self) -> int:
+        """Messages handed to librdkafka and not yet acknowledged (spooled ones are on disk)."""
+        return len(self._producer)
+
     def pending(self) -> int:
         """Messages not yet acknowledged: in librdkafka plus in the spool."""
         return len(self._producer) + (len(self._spool) if self._spool is not None else 0)

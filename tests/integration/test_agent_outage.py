@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -9,6 +12,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
+from producers.handoff import FolderSink
 from producers.publisher import Publisher
 from producers.spool import DiskSpool
 from schemas.codec import decode
@@ -133,3 +137,62 @@ def test_broker_killed_for_15_s_every_message_arrives_once_in_order(
     assert sorted(indexes) == list(range(sent))
     for per_partition in seen.values():
         assert per_partition == sorted(per_partition)  # published order kept per partition
+
+
+def _start_agent(
+    handoff: Path, spool: Path, env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [
+                sys.executable,
+                "-m",
+                "c4.cli",
+                "agent",
+                "--handoff",
+                str(handoff),
+                "--no-sysfs",
+                "--no-nvml",
+                "--interval",
+                "0.2",
+                "--spool-dir",
+                str(spool),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def test_agent_killed_three_times_loses_nothing_it_was_handed(
+    kafka_bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    prefix = f"agentkill-{unique}."
+    env = dict(os.environ, C4_KAFKA_BOOTSTRAP=kafka_bootstrap, C4_TOPIC_PREFIX=prefix)
+    handoff, spool, log = tmp_path / "handoff", tmp_path / "spool", tmp_path / "agent.log"
+    sink = FolderSink(handoff, "trainer", max_bytes=16 << 10)  # rotates every ~60 messages
+    agent = _start_agent(handoff, spool, env, log)
+    written = 0
+    started = time.monotonic()
+    kills = [2.0, 4.5, 7.0]
+    while (elapsed := time.monotonic() - started) < 9.0:
+        if kills and elapsed >= kills[0]:
+            kills.pop(0)
+            agent.kill()  # kill -9: whatever it had read but not delivered is read again
+            agent.wait(10)
+            agent = _start_agent(handoff, spool, env, log)
+        due = int(elapsed * RATE_PER_S * 5)
+        sink([_message(index) for index in range(written, due)])
+        written = max(written, due)
+        time.sleep(0.02)
+    sink.close()
+    seen = _consume_all(kafka_bootstrap, prefix + "c4.collective.v1", written)
+    agent.terminate()
+    assert agent.wait(30) == 0, log.read_text()
+    indexes = [index for per_partition in seen.values() for index in per_partition]
+    assert set(indexes) == set(range(written)), "a message handed to the agent was lost"
+    repeated = len(indexes) - written
+    print(f"{written} messages through 3 kills of the agent; {repeated} read again")
+    # Only what was read after the last commit (about one round) comes again.
+    assert repeated <= 3 * RATE_PER_S * 5
+    assert len(list(handoff.iterdir())) <= 2  # delivered files were deleted

@@ -150,6 +150,84 @@ def test_handoff_files_rotate_and_read_ones_are_deleted(tmp_path: Path) -> None:
     assert FolderSink(tmp_path, "rank[0]").path.name > files[0]  # a restart starts a new file
 
 
+def _seqs(reading: Reading) -> list[int]:
+    return [s for m in reading.messages if isinstance(m, Collective) for s in m.ops.seq]
+
+
+def test_a_restart_goes_on_from_the_last_commit_not_from_the_last_read(tmp_path: Path) -> None:
+    folder, checkpoint = tmp_path / "handoff", tmp_path / "offsets.json"
+    recorder = OpRecorder("job-1")
+    log = recorder.comm("0", 2, 0, 0)
+    sink = FolderSink(folder, "rank0", max_bytes=500)
+    source = HandoffSource(folder, checkpoint=checkpoint)
+    for step in range(6):
+        log.enter("allreduce", 8, T0 + step)[END] = T0 + step + 1
+        sink(recorder.messages(T0 + step + 2))
+    first = _seqs(source.read(0))
+    assert first == list(range(6))
+    assert source.commit() is None
+    for step in range(6, 9):
+        log.enter("allreduce", 8, T0 + step)[END] = T0 + step + 1
+        sink(recorder.messages(T0 + step + 2))
+    assert _seqs(source.read(0)) == [6, 7, 8]  # read, never committed: the agent was killed
+    sink.close()
+    again = HandoffSource(folder, checkpoint=checkpoint)
+    assert _seqs(again.read(0)) == [6, 7, 8]  # read again, nothing skipped, nothing before
+    again.commit()
+    assert _seqs(HandoffSource(folder, checkpoint=checkpoint).read(0)) == []
+
+
+def test_files_are_deleted_only_once_committed_to_their_end(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "offsets.json"
+    folder = tmp_path / "handoff"
+    recorder = OpRecorder("job-1")
+    log = recorder.comm("0", 2, 0, 0)
+    sink = FolderSink(folder, "rank0", max_bytes=300)
+    source = HandoffSource(folder, checkpoint=checkpoint)
+    for step in range(8):
+        log.enter("allreduce", 8, T0 + step)[END] = T0 + step + 1
+        sink(recorder.messages(T0 + step + 2))
+    assert _seqs(source.read(0)) == list(range(8))
+    files = len(list(folder.iterdir()))
+    assert files > 2
+    assert _seqs(source.read(0)) == []
+    assert len(list(folder.iterdir())) == files  # read but not delivered: kept
+    source.commit()
+    source.read(0)
+    assert len(list(folder.iterdir())) == 1  # committed: only the writer's current file is left
+    sink.close()
+    assert _seqs(HandoffSource(folder, checkpoint=checkpoint).read(0)) == []
+
+
+def test_an_unreadable_checkpoint_is_one_problem_and_everything_is_read(tmp_path: Path) -> None:
+    folder, checkpoint = tmp_path / "handoff", tmp_path / "offsets.json"
+    recorder = OpRecorder("job-1")
+    recorder.comm("0", 2, 0, 0).enter("barrier", 0, T0)[END] = T0 + 1
+    FolderSink(folder, "rank0")(recorder.messages(T0 + 10))
+    for content in (b"{not json", b'{"rank0.000001.jsonl": -3}', b"[1, 2]"):
+        checkpoint.write_bytes(content)
+        source = HandoffSource(folder, checkpoint=checkpoint)
+        reading = source.read(0)
+        assert _seqs(reading) == [0]
+        assert (
+            len(reading.problems) == 1
+            and "reading every file from its start" in reading.problems[0]
+        )
+        assert source.read(0).problems == []  # said once
+
+
+def test_a_checkpoint_that_cannot_be_written_is_said_once(tmp_path: Path) -> None:
+    folder = tmp_path / "handoff"
+    recorder = OpRecorder("job-1")
+    recorder.comm("0", 2, 0, 0).enter("barrier", 0, T0)[END] = T0 + 1
+    FolderSink(folder, "rank0")(recorder.messages(T0 + 10))
+    source = HandoffSource(folder, checkpoint=tmp_path / "missing-dir" / "offsets.json")
+    source.read(0)
+    problem = source.commit()
+    assert problem is not None and "cannot write the checkpoint" in problem
+    assert source.commit() is None  # not repeated while it keeps failing
+
+
 class Counting:
     """A source that counts its rounds; optionally failing for a while."""
 
