@@ -130,8 +130,9 @@ def ops_json(seqs: list[int], enters: list[int], ends: list[int | None]) -> byte
 class JobSim:
     """One 256-rank job: its ranks' reports, second after second, faults included."""
 
-    def __init__(self, index: int, jitter: list[list[int]]) -> None:
+    def __init__(self, index: int, jitter: list[list[int]], phase_ns: int = 0) -> None:
         self.name = f"load-{index:03d}"
+        self.phase_ns = phase_ns  # its reporting intervals start this far into each second
         self.key = self.name.encode()
         self.heads = [
             orjson.dumps(
@@ -315,7 +316,7 @@ class Run:
     faults: list[Fault]
     offered: int = 0
     produced: int = 0  # in the topic once the producer flushed
-    published_s: float = 0.0  # seconds from t0 until then
+    published_s: float = 0.0  # seconds from the first reports until then
     behind_s: float = 0.0
     injected: int = 0
     injected_at: dict[int, float] = field(default_factory=dict)
@@ -437,27 +438,29 @@ def format_row(run: Run, row_s: int) -> str:
 
 
 def publish(run: Run, sims: list[JobSim], duration_s: int) -> None:
-    """Each second's reports at the end of that second (live event time), faults at onset."""
+    """Each job's reports at the end of its interval (live event time), faults at onset.
+
+    The jobs' intervals are spread over the second (their phases), as independent agents'
+    are: the load comes in a steady stream rather than in one burst a second.
+    """
     out = producer()
     rng = random.Random(7)
-    pending = sorted(run.faults, key=lambda f: f.onset_s)
-    by_name = {sim.name: sim for sim in sims}
+    onsets = {(fault.job, fault.onset_s): fault for fault in run.faults}
     sent = 0
     for second in range(duration_s):
-        start = run.t0 + second
-        wait = start + 1 - time.time()
-        if wait > 0:
-            out.poll(0)
-            time.sleep(wait)
-        else:
-            run.behind_s = max(run.behind_s, -wait)
-        while pending and pending[0].onset_s == second:
-            fault = pending.pop(0)
-            by_name[fault.job].fault = fault
-            run.injected_at[fault.number] = start
-            run.injected += 1
-        start_ns = start * S
         for sim in sims:
+            start_ns = (run.t0 + second) * S + sim.phase_ns
+            wait = (start_ns + S) / S - time.time()
+            if wait > 0:
+                out.poll(0)
+                time.sleep(wait)
+            else:
+                run.behind_s = max(run.behind_s, -wait)
+            fault = onsets.get((sim.name, second))
+            if fault is not None:
+                sim.fault = fault
+                run.injected_at[fault.number] = start_ns / S
+                run.injected += 1
             for value in sim.reports(second, start_ns, rng):
                 while True:
                     try:
@@ -470,7 +473,7 @@ def publish(run: Run, sims: list[JobSim], duration_s: int) -> None:
                     out.poll(0)
             run.offered = sent
     out.flush(60)
-    run.published_s = time.time() - run.t0
+    run.published_s = time.time() - (run.t0 + 1)  # from the first reports (on time: duration)
     run.produced = sum(log_end(run.topic))
 
 
@@ -670,7 +673,7 @@ def main() -> int:
     c4("topics", "create", "--retention-ms", "3600000", env=env)
     jitter_rng = random.Random(3)
     jitter = [[jitter_rng.randrange(JITTER_NS) for _ in range(OPS_PER_MESSAGE)] for _ in range(32)]
-    sims = [JobSim(i, jitter) for i in range(jobs)]
+    sims = [JobSim(i, jitter, i * S // jobs) for i in range(jobs)]
     port = free_port()
     with log.open("wb") as sink:
         process = subprocess.Popen(  # noqa: S603 - our own command
