@@ -280,6 +280,12 @@ def proc_status(pid: int | str, key: str) -> float:
     return 0.0
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds all processors spent busy since boot (not idle, not waiting for I/O)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -299,6 +305,8 @@ class Sample:
     lag_group: int  # records of the collective topic not committed by the worker's group
     lag_worker: float  # the worker's own c4_stream_consumer_lag, summed
     cpu: float  # the worker's CPU seconds
+    bench_cpu: float  # this process's
+    busy: float  # the machine's
     rss: float
     bench_rss: float
 
@@ -399,6 +407,8 @@ def sample_loop(run: Run, row_s: int, rows_out: list[str], out: TextIO) -> None:
                     v for k, v in metrics.items() if k.startswith("c4_stream_consumer_lag")
                 ),
                 cpu=cpu_seconds(run.pid),
+                bench_cpu=time.process_time(),
+                busy=machine_busy_seconds(),
                 rss=proc_status(run.pid, "VmRSS"),
                 bench_rss=proc_status("self", "VmRSS"),
             )
@@ -533,6 +543,10 @@ def window(samples: list[Sample], start: float, end: float) -> list[Sample]:
 def summary(run: Run, args: argparse.Namespace, jobs: int, grace_end: float) -> list[str]:
     samples = run.samples
     first, last = run.row_samples[0], run.row_samples[-1]  # at the first and the last row
+    zero = samples[0]
+    span = max(last.elapsed - zero.elapsed, 1e-9)
+    bench_cores = (last.bench_cpu - zero.bench_cpu) / span
+    busy = (last.busy - zero.busy) / span
     duration = args.duration_s
     rate = jobs * RANKS
     lines = ["", f"{'#':>2} {'fault':<13} {'job':<9} {'onset_s':>7} {'latency_s':>9}  suspect"]
@@ -568,10 +582,9 @@ def summary(run: Run, args: argparse.Namespace, jobs: int, grace_end: float) -> 
     rss_mid = statistics.mean(s.rss for s in mid)
     rss_end = statistics.mean(s.rss for s in end)
     growth = (rss_end - rss_mid) / rss_mid if rss_mid else math.inf
-    spans = samples[-1].elapsed - samples[0].elapsed or 1.0
     # All that reached the broker over the time it took to send (duration_s when on time).
     achieved = run.produced / max(duration, run.published_s)
-    consumed = (samples[-1].consumed - samples[0].consumed) / spans
+    consumed = (last.consumed - zero.consumed) / span
     found = len(run.found)
     recovering = sum(1 for f in run.faults if f.recover_s < duration and f.number in run.found)
     met = {True: "met", False: "MISSED"}
@@ -611,6 +624,12 @@ def summary(run: Run, args: argparse.Namespace, jobs: int, grace_end: float) -> 
             f"{first.rss:.0f} / {last.rss:.0f} / {max(s.rss for s in samples):.0f} MiB",
         ),
         ("worker RSS second half", f"{rss_mid:.0f} -> {rss_end:.0f} MiB ({growth:+.1%})"),
+        (
+            "CPU cores used (mean)",
+            f"worker {(last.cpu - zero.cpu) / span:.2f}, bench {bench_cores:.2f}, the rest "
+            f"(broker, other users) {busy - (last.cpu - zero.cpu) / span - bench_cores:.2f}, "
+            f"of {os.cpu_count()}",
+        ),
         (
             "bench RSS first/last/max",
             f"{first.bench_rss:.0f} / {last.bench_rss:.0f}"
