@@ -241,8 +241,8 @@ def create_detection_app(
     return DetectionWorker(app, durable, hub, metrics)
 
 
-def _path_row(path: SlowPath) -> list[str | None]:
-    return [path.flow, path.src_port, path.dst_port, path.via]
+def _path_row(path: SlowPath) -> list[str | int | None]:
+    return [path.flow, path.src_port, path.dst_port, path.via, path.moved_ns]
 
 
 class _FabricSide:

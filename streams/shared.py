@@ -49,7 +49,19 @@ class TableFacts:
 
     def via(self, flow: str) -> str | None:
         """The planned spine of a flow."""
-        return self._get(f"via:{flow}") or None
+        return self._via_entry(flow)[0]
+
+    def moved_at(self, flow: str) -> int | None:
+        """When a plan last moved the flow (event time of the worker that learnt it)."""
+        return self._via_entry(flow)[1]
+
+    def _via_entry(self, flow: str) -> tuple[str | None, int | None]:
+        # "spine|moved_ns": either part may be empty (unplanned; never moved).
+        value = self._get(f"via:{flow}")
+        if value is None:
+            return None, None
+        via, _, moved = value.partition("|")
+        return via or None, int(moved) if moved.isdigit() else None
 
     # --- learning ------------------------------------------------------------------------
     def learn(self, message: C4Model, engine: Engine) -> None:
@@ -58,7 +70,11 @@ class TableFacts:
             self._learn_job(message)
         elif isinstance(message, Route):
             for path in message.paths:
-                self._set(f"via:{path.flow}", path.via or "")
+                known = self._get(f"via:{path.flow}")
+                via, moved = self._via_entry(path.flow)
+                if known is not None and via != path.via:
+                    moved = engine.now_ns
+                self._set(f"via:{path.flow}", f"{path.via or ''}|{moved or ''}")
         elif isinstance(message, Link):
             port = port_id(message.node, message.port)
             down = engine.hardware.is_down(port)

@@ -80,6 +80,7 @@ class ConnSample:
     port: str
     nbytes: int
     busy_ns: int
+    ts_ns: int = 0  # the report's time (0: from a snapshot older than this field)
 
 
 @dataclass(slots=True)
@@ -161,7 +162,7 @@ class CommTracker:
             for peer, port, nbytes, busy in zip(
                 conns.peer, conns.port, conns.bytes, conns.busy_ns, strict=True
             ):
-                samples.append(ConnSample(rank, peer, port, nbytes, busy))
+                samples.append(ConnSample(rank, peer, port, nbytes, busy, message.ts_ns))
                 if member.port is None:
                     member.port = port
 
@@ -319,7 +320,10 @@ class CommTracker:
             "slow_since": [[op, bucket, ns] for (op, bucket), ns in self.slow_since.items()],
             "fresh": [[op, bucket, n] for (op, bucket), n in self.fresh_samples.items()],
             "conns": [
-                [[s.rank, s.peer, s.port, s.nbytes, s.busy_ns] for s in list(samples)[-CONN_KEEP:]]
+                [
+                    [s.rank, s.peer, s.port, s.nbytes, s.busy_ns, s.ts_ns]
+                    for s in list(samples)[-CONN_KEEP:]
+                ]
                 for samples in self.conns.values()
             ],
             "ops_seen": self.ops_seen,

@@ -21,19 +21,26 @@ from streams.core.places import PlacementIndex, PortHealth, Routes
 
 
 class RouteBook:
-    """The planned spine of each flow, from the ``c4.route.v1`` plans."""
+    """The planned spine of each flow, from the ``c4.route.v1`` plans, and when it moved."""
 
     def __init__(self) -> None:
         self._via: dict[str, str | None] = {}
+        self._moved: dict[str, int] = {}
 
-    def update(self, route: Route) -> None:
-        """Record every path of one node's plan."""
+    def update(self, route: Route, now_ns: int) -> None:
+        """Record every path of one node's plan (learnt at event time ``now_ns``)."""
         for path in route.paths:
+            if path.flow in self._via and self._via[path.flow] != path.via:
+                self._moved[path.flow] = now_ns
             self._via[path.flow] = path.via
 
     def via(self, flow: str) -> str | None:
         """The spine of a flow, None when unplanned."""
         return self._via.get(flow)
+
+    def moved_at(self, flow: str) -> int | None:
+        """When a plan last moved the flow (event time), None if never."""
+        return self._moved.get(flow)
 
 
 # The messages that carry measurements (and so event time); job and route are facts.
@@ -64,6 +71,10 @@ class SharedFacts(Protocol):
         """The planned spine of a flow."""
         ...
 
+    def moved_at(self, flow: str) -> int | None:
+        """When a plan last moved the flow (event time of the worker that learnt it)."""
+        ...
+
 
 class _SharedPortHealth:
     """Port health from this engine's own monitor, else from the shared facts."""
@@ -84,6 +95,10 @@ class _SharedRoutes:
 
     def via(self, flow: str) -> str | None:
         return self._local.via(flow) or self._shared.via(flow)
+
+    def moved_at(self, flow: str) -> int | None:
+        local, shared = self._local.moved_at(flow), self._shared.moved_at(flow)
+        return max(local or 0, shared or 0) or None
 
 
 class Engine:
@@ -175,7 +190,7 @@ class Engine:
             else:
                 self._job(message.job).on_job(message)
         elif isinstance(message, Route):
-            self.routes.update(message)
+            self.routes.update(message, self.clock.now_ns)
         if isinstance(message, DATA_KINDS):
             # Only measurements move event time: placements and route plans come from
             # launchers and action workers stamped on their own clocks.

@@ -6,7 +6,9 @@ cross one leaf-spine link point at that link; when the paths are unknown (no rou
 they can only point at the leaf they share.
 
 A connection whose path just changed (a reroute) votes for nothing for a while: its slowness
-was measured on samples of its old path, and its new path would be blamed for it.
+was measured on samples of its old path, and its new path would be blamed for it. The change
+is known from the plan (when the worker learnt it), or seen here when a slow path's spine
+changes; a connection first found slow just after its plan moved it is held back as well.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class FabricCorrelator:
         for flow, path in current.items():
             if now_ns - vias[flow][1] < REROUTE_SETTLE_NS:
                 continue
+            if path.moved_ns is not None and now_ns - path.moved_ns < REROUTE_SETTLE_NS:
+                continue
             exact = exact and path.via is not None
             for link in self._candidates(path):
                 votes[link] += 1
@@ -109,9 +113,7 @@ class FabricCorrelator:
                     # More paths usually break a tie soon: name the shared switch only when
                     # the tie lasts.
                     self.tie_checks += 1
-                    suspect = (
-                        self._shared_switch(tied) if self.tie_checks >= TIE_PATIENCE else None
-                    )
+                    suspect = self._shared_switch(tied) if self.tie_checks >= TIE_PATIENCE else None
                 if suspect is not None:
                     named.add(suspect.id)
                     evidence = {"slow_paths": count, "jobs": sorted(jobs[best])[:32]}
@@ -172,7 +174,7 @@ class FabricHub:
         """The hub's paths and the correlator's open findings, as plain data."""
         return {
             "paths": {
-                job: [[p.flow, p.src_port, p.dst_port, p.via] for p in paths]
+                job: [[p.flow, p.src_port, p.dst_port, p.via, p.moved_ns] for p in paths]
                 for job, paths in self.paths.items()
             },
             "findings": self.correlator.book.state(),

@@ -26,6 +26,7 @@ class SlowPath:
     src_port: str
     dst_port: str
     via: str | None
+    moved_ns: int | None = None  # when a plan last moved the flow to ``via`` (event time)
 
 
 class JobDetector:
@@ -317,7 +318,15 @@ class JobDetector:
     ) -> tuple[tuple[SuspectScore, ...], list[SlowPath]]:
         """A port two slow connections share, or else the slow connections' paths."""
         throughput: dict[tuple[int, int], list[float]] = {}
+        moved: dict[tuple[int, int], int | None] = {}
         for sample in tracker.recent_conns():
+            conn = (sample.rank, sample.peer)
+            if conn not in moved:
+                flow = f"{self.job}/{tracker.comm}/{sample.rank}->{sample.peer}"
+                moved[conn] = self._routes.moved_at(flow)
+            since = moved[conn]
+            if since is not None and sample.ts_ns < since:
+                continue  # measured on the path it had before a reroute: not this path's
             if sample.busy_ns > 0:
                 throughput.setdefault((sample.rank, sample.peer), []).append(
                     sample.nbytes / sample.busy_ns
@@ -346,7 +355,11 @@ class JobDetector:
             if src is None or dst is None:
                 continue
             flow = f"{self.job}/{tracker.comm}/{rank}->{peer}"
-            paths.append(SlowPath(self.job, flow, src, dst, self._routes.via(flow)))
+            paths.append(
+                SlowPath(
+                    self.job, flow, src, dst, self._routes.via(flow), self._routes.moved_at(flow)
+                )
+            )
         return (), paths
 
     @staticmethod

@@ -41,6 +41,10 @@ class Routes(Protocol):
         """The spine of flow ``job/comm/rank->peer``, or None when unknown."""
         ...
 
+    def moved_at(self, flow: str) -> int | None:
+        """Event time a plan last moved the flow to another path; None if it never moved."""
+        ...
+
 
 class PlacementIndex:
     """Which job runs on each GPU and port, from the ``c4.job.v1`` messages."""

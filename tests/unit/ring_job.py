@@ -30,6 +30,7 @@ class RingJob:
     pause: tuple[int, int] | None = None  # (before op, pause ns): a job-wide checkpoint
     stall_at: int | None = None  # op every rank enters and none finishes (a dead link)
     slow_conn: dict[int, tuple[int, float]] = field(default_factory=dict)  # r->r+1: (op, share)
+    slow_conn_until: dict[int, int] = field(default_factory=dict)  # r->r+1: op fast again
     first_node: int = 0
     job: str = "job-1"
     comm: str = "c0"
@@ -77,7 +78,12 @@ class RingJob:
                     continue
                 enters[r] = t + int(self.compute_ns * factor * (1 + rng.gauss(0, self.jitter)))
             shares = [bw for r, (start, bw) in self.slow_port.items() if op >= start]
-            shares += [bw for r, (start, bw) in self.slow_conn.items() if op >= start]
+            slow_conns = {
+                r
+                for r, (start, _) in self.slow_conn.items()
+                if start <= op < self.slow_conn_until.get(r, self.ops + 1)
+            }
+            shares += [bw for r, (_, bw) in self.slow_conn.items() if r in slow_conns]
             share = min(shares or [1.0])
             transfer = int(self.transfer_ns / share * (1 + rng.gauss(0, self.jitter / 2)))
             complete = len(enters) == self.n and op != self.stall_at
@@ -86,11 +92,7 @@ class RingJob:
                 records[r].append((op, enter, end if complete else None))
                 if complete:
                     degraded = {p for p, (start, _) in self.slow_port.items() if op >= start}
-                    slow = (
-                        r in degraded
-                        or (r + 1) % self.n in degraded
-                        or (r in self.slow_conn and op >= self.slow_conn[r][0])
-                    )
+                    slow = r in degraded or (r + 1) % self.n in degraded or r in slow_conns
                     busy = int(transfer if slow else self.transfer_ns)
                     conn_records[r].append((end, 64 * MS, busy))
             if not complete:

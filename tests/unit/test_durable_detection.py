@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from producers.simulator import scenario_from, simulate
 from schemas.base import C4Model
-from schemas.messages import Diagnosis, Link
+from schemas.messages import Diagnosis, Link, Route, RoutePath
 from streams.core.engine import Engine
 from streams.durable import DurableDetection
 from streams.live import LiveDetection
@@ -149,3 +149,31 @@ def test_table_facts_answer_what_other_partitions_learnt() -> None:
     alone = Engine()
     found = [d for m in messages if isinstance(m, Link) for d in alone.process(m)]
     assert [(d.class_, d.job) for d in found] == [("link_degraded", None)]
+
+
+def test_table_facts_say_when_a_plan_moved_a_flow() -> None:
+    table: dict[bytes, bytes] = {}
+    facts = TableFacts(table)
+    writer = Engine()
+    flow = "job-1/c/7->8"
+
+    def route(plan: str, via: str | None, ts_ns: int) -> Route:
+        paths = (RoutePath(flow=flow, port="mlx5_7:1", via=via),)
+        return Route(v=1, kind="route", node="node-000", ts_ns=ts_ns, plan=plan, paths=paths)
+
+    for message in _messages()[:200]:
+        writer.process(message)
+    first = route("p-1", None, writer.now_ns)
+    writer.process(first)
+    facts.learn(first, writer)
+    assert (facts.via(flow), facts.moved_at(flow)) == (None, None)  # planned, never moved
+    moved = route("p-2", "spine-a-0", writer.now_ns)
+    writer.process(moved)
+    facts.learn(moved, writer)
+    assert (facts.via(flow), facts.moved_at(flow)) == ("spine-a-0", writer.now_ns)
+    assert writer.routes.moved_at(flow) == writer.now_ns
+    for message in _messages()[200:400]:
+        writer.process(message)
+    again = route("p-3", "spine-a-0", writer.now_ns)
+    facts.learn(again, writer)  # the same spine in a newer plan: not moved again
+    assert facts.moved_at(flow) == writer.routes.moved_at(flow) < writer.now_ns

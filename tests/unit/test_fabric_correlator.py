@@ -124,3 +124,108 @@ def test_a_rerouted_path_does_not_blame_its_new_link_with_old_samples() -> None:
     # Still slow on the new path once its samples are its own: that link is named.
     fired = correlator.check(T0 + 6 * s, paths("spine-a-0"))
     assert [d.suspects[0].id for d in fired if d.state == "firing"] == ["leaf-a0~spine-a-0"]
+
+
+def test_a_path_first_found_slow_just_after_its_plan_moved_it_waits() -> None:
+    # The plan moved both connections at T0 before either was found slow: their first slow
+    # reports still describe the old spine (the live run's false link_degraded).
+    correlator = FabricCorrelator(topology())
+    s = 1_000_000_000
+
+    def paths(moved_ns: int | None) -> list[SlowPath]:
+        return [
+            SlowPath(
+                "job-1",
+                "job-1/c/7->8",
+                "node-000/mlx5_7:1",
+                "node-001/mlx5_0:1",
+                "spine-a-0",
+                moved_ns,
+            ),
+            SlowPath(
+                "job-2",
+                "job-2/c/7->8",
+                "node-002/mlx5_7:1",
+                "node-003/mlx5_0:1",
+                "spine-a-0",
+                moved_ns,
+            ),
+        ]
+
+    for step in range(1, 5):
+        assert correlator.check(T0 + step * s, paths(T0)) == []
+    fired = correlator.check(T0 + 6 * s, paths(T0))
+    assert [d.suspects[0].id for d in fired if d.state == "firing"] == ["leaf-a0~spine-a-0"]
+    # Never moved: named at once.
+    assert [d.suspects[0].id for d in FabricCorrelator(topology()).check(T0, paths(None))] == [
+        "leaf-a0~spine-a-0"
+    ]
+
+
+def test_the_engine_knows_when_a_plan_moved_a_flow() -> None:
+    engine = Engine(topology=topology())
+    job = RingJob(job="job-1", first_node=0)
+    for route in routes(job):
+        engine.process(route)
+    flow = f"{job.job}/{job.comm}/7->8"
+    assert engine.routes.via(flow) == "spine-a-0" and engine.routes.moved_at(flow) is None
+    for message in job.messages()[:50]:
+        engine.process(message)
+    moved = routes(job)[7].model_copy(
+        update={"plan": "p-2", "paths": (RoutePath(flow=flow, port="mlx5_7:1", via="spine-a-1"),)}
+    )
+    engine.process(moved)
+    assert engine.routes.via(flow) == "spine-a-1"
+    assert engine.routes.moved_at(flow) == engine.now_ns > T0
+    engine.process(moved)  # the same plan again: not a move
+    assert engine.routes.moved_at(flow) == engine.now_ns
+
+
+def test_samples_from_before_a_reroute_never_blame_the_new_path() -> None:
+    # Connection 7->8 of two jobs is slow over spine-a-0 (ops 40-79); at op 80 a plan moves
+    # it to spine-a-1, where it is fast. Its recent samples are still the old path's for a
+    # dozen reports (one operation a second), longer than the correlator's own settling
+    # time: they must not make spine-a-1 look degraded. Job-1 stays slow (its
+    # connection 15->0 over spine-a-1 is slow too, one path: not enough to name a link).
+    jobs = [
+        RingJob(
+            job="job-1",
+            first_node=0,
+            ops=140,
+            compute_ns=1000 * MS,
+            slow_conn={7: (40, 0.5), 15: (40, 0.5)},
+            slow_conn_until={7: 80},
+        ),
+        RingJob(
+            job="job-2",
+            first_node=2,
+            ops=140,
+            compute_ns=1000 * MS,
+            slow_conn={7: (40, 0.5)},
+            slow_conn_until={7: 80},
+            seed=2,
+        ),
+    ]
+    engine = Engine(topology=topology())
+    out: list[Diagnosis] = []
+    for job in jobs:
+        out.extend(engine.process(job.job_message()))
+        for route in routes(job):
+            out.extend(engine.process(route))
+    moves = []
+    for job in jobs:
+        flow = f"{job.job}/{job.comm}/7->8"
+        node, _, port = job.place(7)
+        path = RoutePath(flow=flow, port=port, via="spine-a-1")
+        moves.append(Route(v=1, kind="route", node=node, ts_ns=T0, plan="p-2", paths=(path,)))
+    # The move happens when op 80 begins: the first enter report of seq 80.
+    messages = sorted((m for job in jobs for m in job.messages()), key=lambda m: m.ts_ns)
+    for message in messages:
+        if moves and 80 in message.ops.seq:
+            for move in moves:
+                out.extend(engine.process(move))
+            moves = []
+        out.extend(engine.process(message))
+    firing = [(d.class_, d.suspects[0].id) for d in out if d.state == "firing"]
+    assert ("link_degraded", "leaf-a0~spine-a-0") in firing
+    assert not [f for f in firing if "spine-a-1" in f[1]], firing
