@@ -17,7 +17,7 @@ def _say(line: str) -> None:
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here: matplotlib, Faust's aiohttp and the simulator are only this command's.
-    from c4.demo.run import DemoOptions, DemoRun, print_timeline
+    from c4.demo.run import DemoOptions, DemoRun, print_chaos, print_timeline
 
     options = DemoOptions(
         report=Path(args.report),
@@ -32,6 +32,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         keep_topics=args.keep_topics,
         full=args.full,
         setup_only=args.setup_only,
+        chaos_seed=args.chaos,
     )
     began = time.monotonic()
     demo = DemoRun(options, settings, _say)
@@ -46,8 +47,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         demo.close()
     print_timeline(outcome.timeline, _say)
+    if args.chaos is not None:
+        print_chaos(outcome.kills, outcome.problems, _say)
     _say(f"report: {outcome.report}   run time {time.monotonic() - began:.0f} s")
-    return 0 if outcome.timeline.passed else 1
+    return 0 if outcome.ok else 1
 
 
 def _positive(text: str) -> float:
@@ -105,5 +108,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="only create the topics, write topology, scenario and actions configuration into "
         "--report and load the cluster state (the configured names; docker compose's set-up)",
+    )
+    parser.add_argument(
+        "--chaos",
+        type=int,
+        metavar="SEED",
+        help="kill -9 the streams worker, the actions worker, the node agent, Kafka and Redis "
+        "once each, in a random order at random moments (seeded), and print the recovery times; "
+        "needs the local stack (`c4 stack up`) and a scenario long enough for five recoveries",
     )
     parser.set_defaults(handler=_run)

@@ -858,6 +858,28 @@ def stack_down(settings: Settings) -> list[ComponentStatus]:
     return statuses
 
 
+def stack_kill(settings: Settings, name: str) -> int:
+    """kill -9 the Kafka or Redis that ``stack_up`` started (a crash, for fault tests);
+    wait until it is gone and its port is free; its pid. ``stack_up`` starts it again."""
+    components = {c.name: c for c in (_kafka(settings), _redis(settings))}
+    component = components.get(name)
+    if component is None:
+        message = f"no stack component {name!r} (kafka or redis)"
+        raise StackError(message)
+    pid = _our_pid(component)
+    if pid is None:
+        message = f"{name} at {component.address} was not started by `c4 stack up`: not killed"
+        raise StackError(message)
+    _signal(component, pid, signal.SIGKILL)
+    deadline = time.monotonic() + KILL_TIMEOUT_S
+    while _alive(pid) or port_answers(component.port):
+        if time.monotonic() >= deadline:
+            message = f"{name} pid {pid} survived SIGKILL: kill it by hand"
+            raise StackError(message)
+        time.sleep(0.05)
+    return pid
+
+
 def stack_status(settings: Settings) -> list[ComponentStatus]:
     """What runs on the stack's ports: ours, stale pid file, another process, or nothing."""
     return [_status(_kafka(settings)), _status(_redis(settings))]

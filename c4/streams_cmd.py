@@ -35,6 +35,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     app_settings: dict[str, object] = {
         # Faust keeps a small folder per app (its table metadata); not in the current folder.
         "datadir": str(settings.stack_dir / "faust" / args.app_id),
+        # A killed worker's partitions wait this long before the group hands them on.
+        "broker_session_timeout": args.session_timeout,
     }
     if credentials is not None:
         app_settings["broker_credentials"] = credentials
@@ -71,6 +73,15 @@ def _positive(text: str) -> float:
     return value
 
 
+def _session_timeout(text: str) -> float:
+    value = float(text)
+    # The broker's group.min.session.timeout.ms is 6 s by default; heartbeats go every 3 s.
+    if not 6 <= value <= 1800:
+        message = f"must be between 6 and 1800 seconds, got {text}"
+        raise argparse.ArgumentTypeError(message)
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``streams worker`` subcommand."""
     parser = subparsers.add_parser("streams", help="the stream processors (Faust app)")
@@ -100,6 +111,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         default=9464,
         help="Prometheus /metrics on 127.0.0.1 (0: off)",
+    )
+    worker.add_argument(
+        "--session-timeout",
+        type=_session_timeout,
+        default=60.0,
+        help="consumer group session timeout, s: how soon a dead worker's partitions move (60)",
     )
     worker.add_argument("--loglevel", default="info", choices=("debug", "info", "warn", "error"))
     worker.add_argument(

@@ -62,6 +62,11 @@ class FolderSink:
         os.write(self._fd, data)
         self._size += len(data)
 
+    @property
+    def size(self) -> int:
+        """Bytes in the current file (``self.path``)."""
+        return self._size
+
     def close(self) -> None:
         """Close the current file."""
         os.close(self._fd)

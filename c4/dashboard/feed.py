@@ -6,6 +6,7 @@ four topics and keeps them in memory; readers take a consistent copy with `view`
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -17,6 +18,12 @@ from c4.dashboard.model import FeedView
 from schemas.codec import decode
 from schemas.messages import Action, Diagnosis, Job, Route
 from schemas.topics import ACTION, DIAGNOSIS, JOB, ROUTE
+
+# librdkafka's own log lines (a broker restarting: a connect failure every 50 ms) would
+# drown the demo's output; the feed reports its errors from the records it consumes.
+CLIENT_LOG = logging.getLogger("c4.dashboard.feed.librdkafka")
+CLIENT_LOG.addHandler(logging.NullHandler())
+CLIENT_LOG.propagate = False
 
 MAX_KEPT = 20_000  # per kind: a long-running dashboard keeps the newest
 
@@ -70,7 +77,7 @@ class Feed:
             )
 
     def _run(self) -> None:
-        consumer = Consumer(self._config)
+        consumer = Consumer(self._config, logger=CLIENT_LOG)
         try:
             consumer.subscribe(self._topics)
             while not self._stop.is_set():

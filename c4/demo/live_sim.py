@@ -11,9 +11,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path as FilePath
+from typing import Protocol
 
 from actions.planner.reroute import CurrentPlan
 from c4.settings import Settings
+from producers.handoff import FolderSink
 from producers.publisher import Publisher
 from producers.simulator.cluster import Cluster
 from producers.simulator.run import simulate_cluster
@@ -27,6 +30,47 @@ PlanReader = Callable[[], CurrentPlan | None]
 Path = tuple[str | None, str, str]  # via, source port, destination port
 
 
+class Outlet(Protocol):
+    """Where the simulated nodes' records go: Kafka directly, or a node agent's folder."""
+
+    def publish(self, message: C4Model) -> None:
+        """Hand one record on."""
+        ...
+
+    def flush(self, timeout_s: float = 60.0) -> None:
+        """Make sure everything handed on is on its way."""
+        ...
+
+
+class HandoffOutlet:
+    """The simulated nodes hand their records to a node agent (``c4 agent --handoff``).
+
+    ``written`` tells, per file, how many bytes were handed over: what the chaos run
+    compares with the agent's delivery checkpoint.
+    """
+
+    def __init__(self, folder: FilePath) -> None:
+        self._sink = FolderSink(folder, "simulator")
+        self._lock = threading.Lock()
+        self._written: dict[str, int] = {}
+
+    def publish(self, message: C4Model) -> None:
+        """Append the record to the handoff folder."""
+        self._sink((message,))
+        with self._lock:
+            self._written[self._sink.path.name] = self._sink.size
+
+    def written(self) -> dict[str, int]:
+        """Bytes written so far, per file."""
+        with self._lock:
+            return dict(self._written)
+
+    def flush(self, timeout_s: float = 60.0) -> None:
+        """Close the current file (every record is in the folder already)."""
+        del timeout_s
+        self._sink.close()
+
+
 class LiveSimulator(threading.Thread):
     """Publishes the run, ``speed`` x real time, and applies each new plan in force."""
 
@@ -37,8 +81,10 @@ class LiveSimulator(threading.Thread):
         settings: Settings,
         speed: float,
         plans: PlanReader,
+        outlet: Outlet | None = None,
     ) -> None:
         super().__init__(name="c4-demo-simulator", daemon=True)
+        self._outlet = outlet
         self._cluster = cluster
         self.scenario = scenario
         self._settings = settings
@@ -67,14 +113,16 @@ class LiveSimulator(threading.Thread):
         self._stop_event.set()
 
     def run(self) -> None:
-        publisher = Publisher(self._settings.kafka_client_config(), self._settings.topic_prefix)
+        publisher = self._outlet or Publisher(
+            self._settings.kafka_client_config(), self._settings.topic_prefix
+        )
         try:
             self._publish(publisher)
             publisher.flush(60)
         except Exception as error:  # noqa: BLE001 - reported by the demo as one line
             self.error = f"{type(error).__name__}: {error}"
 
-    def _publish(self, publisher: Publisher) -> None:
+    def _publish(self, publisher: Outlet) -> None:
         start_wall = time.monotonic()
         self.wall_start_ns = time.time_ns()
         start_ns = self.scenario.start_ns

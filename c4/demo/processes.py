@@ -42,15 +42,39 @@ class Child:
     ) -> None:
         self.name = name
         self.log = log
-        with log.open("wb") as out:
-            self._process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [sys.executable, "-m", "c4.cli", *args],
-                cwd=cwd,
-                env=dict(env),
+        self._argv = [sys.executable, "-m", "c4.cli", *args]
+        self._env = dict(env)
+        self._cwd = cwd
+        self._process = self._spawn("wb")
+
+    def _spawn(self, mode: str) -> subprocess.Popen[bytes]:
+        with self.log.open(mode) as out:
+            return subprocess.Popen(  # noqa: S603 - our own interpreter and module
+                self._argv,
+                cwd=self._cwd,
+                env=self._env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C of the demo reaches the demo, which stops us
             )
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process still runs."""
+        return self._process.poll() is None
+
+    def kill(self) -> None:
+        """kill -9: no clean-up, no goodbye (a crash, for the chaos run)."""
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait(30)
+
+    def restart(self) -> None:
+        """Start the same command again after it ended; its log goes on in the same file."""
+        if self._process.poll() is None:
+            message = f"{self.name} still runs (pid {self._process.pid}): not restarted"
+            raise DemoError(message)
+        self._process = self._spawn("ab")
 
     @property
     def pid(self) -> int:

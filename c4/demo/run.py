@@ -14,7 +14,7 @@ import os
 import secrets
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -24,7 +24,7 @@ import redis
 import yaml
 from confluent_kafka.admin import AdminClient
 
-from actions.plan_store import PlanStore
+from actions.plan_store import PlanStore, PlanStoreError
 from actions.planner.reroute import CurrentPlan, job_flows
 from actions.state.store import RedisState
 from actions.worker import EXECUTORS
@@ -32,7 +32,18 @@ from c4.dashboard.feed import Feed
 from c4.dashboard.model import link_loads
 from c4.dashboard.server import DashboardServer, Source
 from c4.demo import DemoError
-from c4.demo.live_sim import LiveSimulator
+from c4.demo.chaos import (
+    Chaos,
+    ChildTarget,
+    Kill,
+    PipelineWatch,
+    StackTarget,
+    Target,
+    audit,
+    kill_plan,
+    recovery_table,
+)
+from c4.demo.live_sim import HandoffOutlet, LiveSimulator
 from c4.demo.processes import Child, free_port
 from c4.demo.receivers import Receivers
 from c4.demo.report import WallClock, write_report
@@ -79,6 +90,11 @@ class DemoOptions:
     # rerouted connections slow and the detectors would rightly blame their new paths.
     full: bool = False
     setup_only: bool = False
+    # A number: the chaos run (c4.demo.chaos) with this seed. The simulated nodes then hand
+    # their records to a node agent process, and each process is killed once.
+    chaos_seed: int | None = None
+    chaos_first_s: tuple[float, float] = (6.0, 12.0)
+    chaos_pause_s: tuple[float, float] = (2.0, 8.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +104,13 @@ class Outcome:
     timeline: Timeline
     report: Path
     wall_s: float
+    kills: tuple[Kill, ...] = ()
+    problems: tuple[str, ...] = ()  # what the chaos audit found done twice or leaked
+
+    @property
+    def ok(self) -> bool:
+        """Every fault diagnosed and acted on, nothing false, nothing twice, nothing leaked."""
+        return self.timeline.passed and not self.problems
 
 
 def load_demo_scenario(path: str | None, duration: float | None) -> Scenario:
@@ -253,6 +276,11 @@ class DemoRun:
         self._state: RedisState | None = None
         self._simulator: LiveSimulator | None = None
         self.dashboard_url: str | None = None
+        self._outlet: HandoffOutlet | None = None
+        self._chaos: Chaos | None = None
+        self._watch_pipeline: PipelineWatch | None = None
+        self._ports: dict[str, int] = {}
+        self._spares: list[str] = []
 
     # --- set-up -----------------------------------------------------------------------
     def _env(self, secret: str) -> dict[str, str]:
@@ -313,6 +341,7 @@ class DemoRun:
                 str(streams_metrics),
                 "--loglevel",
                 "warn",
+                *(() if self.options.chaos_seed is None else ("--session-timeout", "6")),
             ],
             env,
             self.logs,
@@ -336,12 +365,83 @@ class DemoRun:
             self.logs / "actions-worker.log",
         )
         self._children.append(actions)
+        self._ports = {"streams web": web_port, "streams metrics": streams_metrics}
+        self._ports["actions metrics"] = actions_metrics
+        if self.options.chaos_seed is not None:
+            self._children.append(self._agent(env))
         actions.wait_port(actions_metrics, 60)
         streams.wait_port(web_port, 120)
         self.say(
             f"workers: streams (pid {streams.pid}, metrics :{streams_metrics}), "
             f"actions (pid {actions.pid}, metrics :{actions_metrics}); logs in {self.logs}"
         )
+
+    def _agent(self, env: dict[str, str]) -> Child:
+        """The node agent that relays the simulated nodes' records (chaos runs)."""
+        return Child(
+            "node agent",
+            [
+                "agent",
+                "--node",
+                f"c4-demo-{self.run_id}",
+                "--handoff",
+                str(self.report / "handoff"),
+                "--handoff-state",
+                str(self.report / "agent-spool" / "handoff-offsets.json"),
+                "--spool-dir",
+                str(self.report / "agent-spool"),
+                "--no-sysfs",
+                "--no-nvml",
+                "--interval",
+                "0.2",
+            ],
+            env,
+            self.logs,
+            self.logs / "node-agent.log",
+        )
+
+    def _start_chaos(self) -> None:
+        """The kill plan and the pipeline watch (after the simulator started)."""
+        seed = self.options.chaos_seed
+        assert seed is not None and self._outlet is not None  # noqa: S101
+        assert self._simulator is not None  # noqa: S101
+        children = {child.name: child for child in self._children}
+        ports = self._ports
+        targets: dict[str, Target] = {
+            "streams worker": ChildTarget(
+                "streams worker", children["streams worker"], ports["streams web"]
+            ),
+            "actions worker": ChildTarget(
+                "actions worker", children["actions worker"], ports["actions metrics"]
+            ),
+            "node agent": ChildTarget("node agent", children["node agent"]),
+            "kafka": StackTarget("kafka", self.settings),
+            "redis": StackTarget("redis", self.settings),
+        }
+        simulator = self._simulator
+        prefix = self.settings.topic_prefix
+        self._watch_pipeline = PipelineWatch(
+            handoff=self.report / "handoff",
+            checkpoint=self.report / "agent-spool" / "handoff-offsets.json",
+            written=self._outlet.written,
+            sent=lambda: simulator.sent,
+            streams_metrics_port=ports["streams metrics"],
+            collective_topic=f"{prefix}c4.collective.v1",
+            kafka_config=self.settings.kafka_client_config(),
+            actions_group=f"{self.app_id}-actions",
+            diagnosis_topic=f"{prefix}c4.diagnosis.v1",
+        )
+        kills = kill_plan(seed, self.options.chaos_first_s, self.options.chaos_pause_s)
+        plan = ", ".join(f"{kill.target} after {kill.pause_s:.1f} s" for kill in kills)
+        self.say(f"chaos (seed {seed}): kill -9, one at a time: {plan}")
+        self._chaos = Chaos(kills, targets, self._watch_pipeline.caught_up, self.say)
+
+    def _check_children(self) -> None:
+        """A worker that exited on its own is an error; one the chaos run killed is not."""
+        held = self._chaos.holding if self._chaos is not None else None
+        for child in self._children:
+            if child.name != held:
+                child.check()
 
     def _receivers_url(self) -> str:
         assert self._receivers is not None  # noqa: S101 - started before the workers
@@ -351,6 +451,7 @@ class DemoRun:
         """Topics, topology, cluster state with spares, and the simulator's plan in force."""
         say = self.say
         topology, scenario, cluster, truths, spares = self._prepare()
+        self._spares = spares
         created = create_topics(self.settings, partitions=self.settings.topic_partitions)
         say(f"topics: {len(created)} under prefix {self.settings.topic_prefix or '(none)'}")
         self._state = RedisState.connect(
@@ -410,10 +511,21 @@ class DemoRun:
         for truth in truths:
             at = (truth.onset_ns - scenario.start_ns) / 1e9
             say(f"  at {at:5.1f} s  {truth.type:<22} {truth.suspect_id}")
+        if self.options.chaos_seed is not None:
+            self._outlet = HandoffOutlet(self.report / "handoff")
+
+        def current_plan() -> CurrentPlan | None:
+            try:
+                return plans.current()
+            except (redis.RedisError, PlanStoreError):
+                return None  # Redis away (a chaos kill): the fabric keeps its paths meanwhile
+
         self._simulator = LiveSimulator(
-            cluster, scenario, self.settings, self.options.speed, plans.current
+            cluster, scenario, self.settings, self.options.speed, current_plan, self._outlet
         )
         self._simulator.start()
+        if self.options.chaos_seed is not None:
+            self._start_chaos()
         try:
             self._watch(scenario, truths)
         finally:
@@ -431,7 +543,16 @@ class DemoRun:
             self._receivers.calls(),
             wall_s=time.monotonic() - began,
         )
-        return Outcome(timeline, path, time.monotonic() - began)
+        if self._chaos is None or self._state is None:
+            return Outcome(timeline, path, time.monotonic() - began)
+        problems = audit(view.diagnoses, view.actions, self._spares, self._state.snapshot())
+        return Outcome(
+            timeline,
+            path,
+            time.monotonic() - began,
+            tuple(self._chaos.kills),
+            tuple(problems),
+        )
 
     def _watch(self, scenario: Scenario, truths: list[Truth]) -> None:
         """Progress lines while the simulator runs, then wait for the last actions to land."""
@@ -439,15 +560,24 @@ class DemoRun:
         simulator, feed = self._simulator, self._feed
         next_line = time.monotonic()
         all_done: float | None = None
+        chaos, pipeline = self._chaos, self._watch_pipeline
         while simulator.is_alive():
-            for child in self._children:
-                child.check()
+            if chaos is not None and pipeline is not None:
+                pipeline.sample()
+                chaos.step()
+            self._check_children()
             now = time.monotonic()
             if now >= next_line:
                 next_line += PROGRESS_EVERY_S
                 if self._progress(scenario, truths) and all_done is None:
                     all_done = now
-            if not self.options.full and all_done is not None and now > all_done + PLAY_ON_S:
+            chaos_over = chaos is None or chaos.done
+            if (
+                not self.options.full
+                and chaos_over
+                and all_done is not None
+                and now > all_done + PLAY_ON_S
+            ):
                 self.say("every fault acted on: stopping the simulator (--full plays it out)")
                 simulator.cancel()
                 simulator.join(30)
@@ -455,11 +585,18 @@ class DemoRun:
         if simulator.error is not None:
             message = f"simulator: {simulator.error}"
             raise DemoError(message)
+        if chaos is not None and not chaos.done:
+            over = sum(1 for kill in chaos.kills if kill.recovered_s is not None)
+            reason = pipeline.last_reason if pipeline is not None else ""
+            message = (
+                f"the scenario ended with {over} of {len(chaos.kills)} kills over "
+                f"(last check: {reason}): give it a longer --duration"
+            )
+            raise DemoError(message)
         self.say(f"simulator: done, {simulator.sent} messages; waiting for the last actions")
         deadline = time.monotonic() + self.options.settle_s
         while time.monotonic() < deadline:
-            for child in self._children:
-                child.check()
+            self._check_children()
             view = feed.view()
             timeline = build_timeline(scenario.start_ns, truths, view.diagnoses, view.actions)
             if all(row.ok for row in timeline.rows):
@@ -524,6 +661,20 @@ class DemoRun:
         if self._started_stack:
             self.say("stack: stopping the local Kafka and Redis this run started")
             stack_down(self.settings)
+
+
+def print_chaos(kills: Sequence[Kill], problems: Sequence[str], say: Say) -> None:
+    """The recovery table and what the audit found (or that it found nothing)."""
+    say("")
+    say(format_rows(recovery_table(kills)))
+    say("")
+    for problem in problems:
+        say(f"AUDIT: {problem}")
+    if not problems:
+        say(
+            "audit: every diagnosis published once, every action done once, "
+            "nothing isolated twice, every spare taken went to one job"
+        )
 
 
 def print_timeline(timeline: Timeline, say: Say) -> None:
