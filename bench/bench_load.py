@@ -12,8 +12,9 @@ the local broker, while 256-rank jobs publish live, one message per rank per sec
   node_down     a node's 8 ranks stop reporting, their peers wait for them; then it is back.
 Messages are encoded on the fly from pre-encoded pieces (per rank: its header; per job and
 second: the operation arrays), stamped with the live wall clock, and sent with
-confluent_kafka. Every `--row-s` one row: offered, produced (broker log end) and consumed
-(the worker's counter) messages/s, the group's lag (committed offsets against high
+confluent_kafka. Every `--row-s` one row: offered, produced (broker log end), consumed
+(the worker's counter of messages taken) and late (dropped by the worker as older than its
+clock by more than the lateness bound) messages/s, the group's lag (committed offsets against high
 watermarks) and the worker's own lag gauge, its CPU and memory (VmRSS), the bench's memory,
 faults injected / found. At the end: each fault's detection latency (the diagnosis arriving
 at a consumer minus the fault's onset), p50/p99, lag and memory first/last/max, and the
@@ -301,7 +302,8 @@ class Sample:
     elapsed: float
     offered: int  # messages handed to the producer so far
     produced: int  # messages in the topic (sum of high watermarks)
-    consumed: float  # the worker's collective counter
+    consumed: float  # the worker's counter of collective messages taken
+    late: float  # its counter of messages dropped as too late
     lag_group: int  # records of the collective topic not committed by the worker's group
     lag_worker: float  # the worker's own c4_stream_consumer_lag, summed
     cpu: float  # the worker's CPU seconds
@@ -402,6 +404,7 @@ def sample_loop(run: Run, row_s: int, rows_out: list[str], out: TextIO) -> None:
                 offered=run.offered,
                 produced=produced,
                 consumed=metrics.get(counter, 0.0),
+                late=metrics.get("c4_stream_late_dropped_total", 0.0),
                 lag_group=lag,
                 lag_worker=sum(
                     v for k, v in metrics.items() if k.startswith("c4_stream_consumer_lag")
@@ -424,7 +427,7 @@ def sample_loop(run: Run, row_s: int, rows_out: list[str], out: TextIO) -> None:
 
 
 ROW_HEADER = (
-    f"{'elapsed_s':>9} {'offered/s':>9} {'produced/s':>10} {'consumed/s':>10} "
+    f"{'elapsed_s':>9} {'offered/s':>9} {'produced/s':>10} {'consumed/s':>10} {'late/s':>7} "
     f"{'lag_group':>10} {'lag_worker':>10} {'cpu%':>5} {'rss_MiB':>7} {'peak_MiB':>8} "
     f"{'bench_MiB':>9} {'behind_s':>8} {'faults inj/found':>16}"
 )
@@ -440,7 +443,8 @@ def format_row(run: Run, row_s: int) -> str:
     return (
         f"{now.elapsed:9.0f} {(now.offered - then.offered) / span:9,.0f} "
         f"{(now.produced - then.produced) / span:10,.0f} "
-        f"{(now.consumed - then.consumed) / span:10,.0f} {now.lag_group:10,} "
+        f"{(now.consumed - then.consumed) / span:10,.0f} {(now.late - then.late) / span:7,.0f} "
+        f"{now.lag_group:10,} "
         f"{now.lag_worker:10,.0f} {100 * (now.cpu - then.cpu) / span:5.0f} {now.rss:7.0f} "
         f"{peak:8.0f} {now.bench_rss:9.0f} {run.behind_s:8.1f} "
         f"{f'{run.injected}/{found}':>16}"
@@ -585,6 +589,7 @@ def summary(run: Run, args: argparse.Namespace, jobs: int, grace_end: float) -> 
     # All that reached the broker over the time it took to send (duration_s when on time).
     achieved = run.produced / max(duration, run.published_s)
     consumed = (last.consumed - zero.consumed) / span
+    late = (last.late - zero.late) / span
     found = len(run.found)
     recovering = sum(1 for f in run.faults if f.recover_s < duration and f.number in run.found)
     met = {True: "met", False: "MISSED"}
@@ -601,7 +606,11 @@ def summary(run: Run, args: argparse.Namespace, jobs: int, grace_end: float) -> 
             "produced (broker log end)",
             f"{achieved:,.0f} msg/s; producer behind schedule at most {run.behind_s:.1f} s",
         ),
-        ("consumed (worker counter)", f"{consumed:,.0f} msg/s"),
+        (
+            "consumed (worker counters)",
+            f"{consumed:,.0f} msg/s taken, {late:,.0f} msg/s dropped as too late "
+            f"({last.late:,.0f} in all)",
+        ),
         (
             "faults found",
             f"{found} of {injected} (by {grace_end:.0f} s), top suspect right in {named} of "
