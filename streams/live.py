@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.base import C4Model
-from schemas.messages import Diagnosis
+from schemas.messages import Collective, Diagnosis, Gpu, Job, Link
 from streams.core.engine import DATA_KINDS, Engine
 from streams.metrics import StreamMetrics
 
@@ -29,8 +29,13 @@ class LiveDetection:
     """Feeds the engine from a live stream and ticks it from a timer.
 
     ``clock_rate`` is event seconds per wall second: 1 for real clusters, more for a
-    simulator replaying faster than real time. Messages older than ``max_lateness_ns``
-    behind the clock are counted and dropped: their operations were already judged.
+    simulator replaying faster than real time. A measurement more than ``max_lateness_ns``
+    older than the latest one of its own job (collectives), port (links) or GPU is counted
+    and dropped: out of order beyond the bound, it would be judged against state that has
+    moved on. Lateness is per key, as Kafka Streams keeps stream time per partition: a job
+    whose partition lags behind the others (a backlog, an overloaded worker, an agent's
+    spool replayed after an outage) is behind the worker's clock, not late, and its data is
+    judged on its own time.
     """
 
     def __init__(
@@ -55,17 +60,24 @@ class LiveDetection:
         self._wall_at_latest = monotonic()
         self.counters = LiveCounters()
         self._per_kind: dict[str, Any] = {}
+        self._latest_of: dict[tuple[str, str], int] = {}  # (kind, job/port/GPU) -> ts_ns
 
     def on_message(self, message: C4Model) -> list[Diagnosis]:
         """One decoded message: late ones are dropped, the rest go to the engine."""
         ts_ns = int(getattr(message, "ts_ns", 0))
-        measurement = isinstance(message, DATA_KINDS)
-        if not measurement:
+        if isinstance(message, DATA_KINDS):
+            key = _key_of(message)
+            latest = self._latest_of.get(key, ts_ns)
+            if ts_ns < latest - self.max_lateness_ns:
+                self.counters.too_late += 1
+                self.metrics.late.inc()
+                return []
+            if ts_ns > latest or key not in self._latest_of:
+                self._latest_of[key] = ts_ns
+        else:
             ts_ns = 0  # a fact (placement, route plan): always taken, never moves the clock
-        elif ts_ns < self.engine.now_ns - self.max_lateness_ns:
-            self.counters.too_late += 1
-            self.metrics.late.inc()
-            return []
+            if isinstance(message, Job) and message.state == "stopped":
+                self._latest_of.pop(("collective", message.job), None)
         self.counters.messages += 1
         kind = str(getattr(message, "kind", ""))
         counter = self._per_kind.get(kind)
@@ -101,3 +113,12 @@ class LiveDetection:
         found = self.engine.advance(now_ns)
         self._observe(found)
         return found
+
+
+def _key_of(message: Collective | Link | Gpu) -> tuple[str, str]:
+    """What a measurement's lateness is judged against: its job, port or GPU."""
+    if isinstance(message, Collective):
+        return "collective", message.job
+    if isinstance(message, Link):
+        return "link", f"{message.node}/{message.port}"
+    return "gpu", f"{message.node}/{message.gpu}"

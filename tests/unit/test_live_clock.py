@@ -113,3 +113,22 @@ def test_placements_and_routes_stamped_on_another_clock_never_move_event_time() 
         live.on_message(message)
     assert live.counters.too_late == 0
     assert live.counters.messages == len(messages) + 2
+
+
+def test_a_job_behind_the_clock_is_not_late_only_out_of_order_in_itself() -> None:
+    # Job-2's partition lags a minute behind job-1's (an overloaded worker, a replayed
+    # spool): its reports are behind the worker's clock but in order for the job, so they
+    # are all taken and its straggler is still found. A report older than the bound behind
+    # its own job's latest is late.
+    live = LiveDetection(Engine(), max_lateness_ns=5 * S)
+    ahead = RingJob(job="job-1", ops=80)
+    behind = RingJob(job="job-2", first_node=2, ops=120, slow_rank={5: (20, 1.3)}, seed=3)
+    for message in [ahead.job_message(), *ahead.messages()]:
+        live.on_message(message)
+    shift = -60 * S
+    lagging = [m.model_copy(update={"ts_ns": m.ts_ns + shift}) for m in behind.messages()]
+    found = [d for m in [behind.job_message(), *lagging] for d in live.on_message(m)]
+    assert live.counters.too_late == 0
+    assert [(d.class_, d.job) for d in found if d.state == "firing"] == [("noncomm_slow", "job-2")]
+    live.on_message(lagging[0])  # now far older than job-2's latest report
+    assert live.counters.too_late == 1
