@@ -25,6 +25,7 @@ from actions.config import Backoff, WorkerConfig
 from actions.executors import Context, Executor
 from actions.outcome import Reason, Result, skipped
 from actions.policy import Plan, Step, View, plan, suspect_nodes
+from actions.reroute_executor import kept_out
 from actions.state.store import Claim, RedisState
 from schemas.messages import Action, Diagnosis
 
@@ -262,13 +263,20 @@ class Pipeline:
         )
         why = "resolved" if planned.clears else "named, not isolated"
         now = self._clock()
+        rerouted = {step.target for step in planned.steps if step.action == "reroute"}
         for kind, ident in targets:
+            target_to, target_action, reason = to, action, f"{diagnosis.class_}: {why}"
+            if planned.clears and ident in rerouted and kept_out(diagnosis, kind):
+                # The reroute keeps it out of the plan: out of service until an operator
+                # releases it (`c4 state release`, which gives it back to the plan).
+                target_to, target_action = "isolated", "isolate"
+                reason = f"{diagnosis.class_}: resolved by the reroute, kept out until released"
             self._state.transition(
                 kind,
                 ident,
-                to,
-                action=action,
-                reason=f"{diagnosis.class_}: {why}",
+                target_to,
+                action=target_action,
+                reason=reason,
                 ts_ns=now,
                 now_ms=now // 1_000_000,
                 actor=self._actor,

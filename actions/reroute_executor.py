@@ -27,8 +27,10 @@ logged with its traceback), it never ends the worker.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
@@ -227,3 +229,69 @@ class RerouteExecutor(Executor):
         except orjson.JSONDecodeError:
             return set()  # written only by this executor: unreadable means nothing to add
         return {str(node) for node in nodes} if isinstance(nodes, list) else set()
+
+
+@dataclass(frozen=True, slots=True)
+class GivenBack:
+    """A kept-out link or switch back in the plan: the new plan and what it moved."""
+
+    plan: str
+    links: tuple[str, ...]
+    moved: int
+    routes: int
+    before_max_util: float | None
+    after_max_util: float
+
+
+def give_back(
+    state: RerouteState,
+    plans: Plans,
+    outbox: Publisher,
+    kind: str,
+    ident: str,
+    now_ns: int,
+    actor: str,
+) -> GivenBack | None:
+    """An operator released a link or switch: if the plan in force keeps it out, replan
+    with it usable again, publish the routes, then put the plan in force (compare-and-set).
+
+    None when the plan in force does not keep it out (nothing to give back). `RerouteError`
+    when it is not in the fabric; `StalePlanError` when another plan came into force
+    meanwhile (run it again); `StoreUnavailableError` when Redis is away.
+    """
+    if kind not in CORRELATED:
+        return None
+    current = plans.current()
+    fabric = state.fabric()
+    if current is None or fabric is None:
+        return None
+    release = Diagnosis.model_validate(
+        {
+            "v": 1,
+            "kind": "diagnosis",
+            "id": "d-release-" + hashlib.sha256(f"{ident}|{now_ns}".encode()).hexdigest()[:12],
+            "job": None,
+            "state": "resolved",
+            "class": "link_degraded",
+            "onset_ns": now_ns,
+            "ts_ns": now_ns,
+            "suspects": [{"type": kind, "id": ident, "score": 1.0}],
+            "evidence": {"released_by": actor},
+        }
+    )
+    links = set(failed_links(fabric, release)) & set(current.down)
+    if not links:
+        return None
+    result = reroute(fabric, state.jobs(), current, release, now_ns)
+    for route in result.routes:
+        outbox.publish(route, key=route.node)
+    outbox.flush()
+    plans.replace(result.current, current.id)
+    return GivenBack(
+        result.current.id,
+        tuple(sorted(links)),
+        len(result.moved),
+        len(result.routes),
+        result.before_max_util,
+        result.current.plan.max_util,
+    )

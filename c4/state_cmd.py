@@ -9,12 +9,16 @@ import uuid
 from typing import TYPE_CHECKING
 
 import orjson
+from pydantic import JsonValue
 
 from actions import ActionsError
+from actions.plan_store import PlanStore
+from actions.reroute_executor import give_back
 from actions.state.store import RedisState
 from actions.transport import Outbox
 from c4 import C4Error
 from c4.inputs import load_document
+from schemas.base import C4Model
 from schemas.files import Topology
 from schemas.messages import Action
 
@@ -101,6 +105,23 @@ def _release(args: argparse.Namespace, state: RedisState, settings: Settings) ->
         raise StateCommandError(message)
     kind = state.kind_of(args.id) or "component"
     print(f"{kind} {args.id} released (epoch {answer.epoch})")
+    detail: dict[str, JsonValue] = {"kind": kind, "epoch": answer.epoch, "actor": _actor()}
+    outbox = Outbox(settings.kafka_client_config(), settings.topic_prefix)
+    plans = PlanStore(state.client, f"{state.keys.prefix}:plan:")
+    try:
+        # A link the reroute keeps out of the plan is usable again only once a plan says so.
+        back = give_back(state, plans, _Flushing(outbox), kind, args.id, now, _actor())
+    except ActionsError as error:
+        message = f"released in Redis (audited), but not given back to the route plan: {error}"
+        raise StateCommandError(message) from None
+    if back is not None:
+        before = "-" if back.before_max_util is None else f"{back.before_max_util:.2f}"
+        print(
+            f"back in the route plan: {', '.join(back.links)} (plan {back.plan}, "
+            f"{back.moved} flows moved, {back.routes} route messages, "
+            f"max link util {before} -> {back.after_max_util:.2f})"
+        )
+        detail |= {"plan": back.plan, "moved": back.moved, "links": list(back.links)}
     record = Action(
         v=1,
         kind="action",
@@ -110,9 +131,8 @@ def _release(args: argparse.Namespace, state: RedisState, settings: Settings) ->
         action="release",
         target=args.id,
         status="done",
-        detail={"kind": kind, "epoch": answer.epoch, "actor": _actor()},
+        detail=detail,
     )
-    outbox = Outbox(settings.kafka_client_config(), settings.topic_prefix)
     try:
         outbox.publish(record)
         outbox.flush(timeout_s=30)
@@ -120,6 +140,19 @@ def _release(args: argparse.Namespace, state: RedisState, settings: Settings) ->
         message = f"released in Redis (audited) but not recorded on c4.action.v1: {error}"
         raise StateCommandError(message) from None
     return 0
+
+
+class _Flushing:
+    """The outbox with a bounded flush, as the reroute's publisher."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        self._outbox = outbox
+
+    def publish(self, message: C4Model, key: str | None = None) -> None:
+        self._outbox.publish(message, key=key)
+
+    def flush(self) -> None:
+        self._outbox.flush(timeout_s=30)
 
 
 def _audit(args: argparse.Namespace, state: RedisState, settings: Settings) -> int:

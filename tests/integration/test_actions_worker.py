@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
 
 import orjson
 import pytest
 
 from actions.alertmanager import SIGNATURE_HEADER, verify
+from actions.plan_store import PlanStore
 from schemas.codec import decode
 from schemas.messages import Action, Deadletter, Job
 from tests.integration.actions_harness import (
@@ -20,6 +24,7 @@ from tests.integration.actions_harness import (
     wait_for,
     worker,
 )
+from tests.integration.workers import REPO
 
 pytestmark = pytest.mark.integration
 
@@ -293,14 +298,37 @@ def test_a_resolved_finding_clears_its_suspect_marks_and_resolves_the_alert(
         ("reroute", "resolved", "skipped"),
         ("alert", "resolved", "done"),
     ]
-    # The correlator's finding resolved after the reroute: its link stays out of the plan.
+    # The correlator's finding resolved after the reroute: its link stays out of the plan,
+    # and out of service until an operator releases it.
     assert actions[2].detail["reason"] == "kept_out"
     link = cluster.state.component("link", "leaf-0a~spine-a-0")
     assert link is not None
-    assert link.state == "healthy"
+    assert (link.state, link.diagnosis) == ("isolated", "d-8")
     first, second = (request.json()["alerts"][0] for request in receiver.at("/alert"))
     assert (first["status"], second["status"]) == ("firing", "resolved")
     assert first["fingerprint"] == second["fingerprint"]
+    plans = PlanStore(cluster.state.client, f"{cluster.key_prefix}:plan:")
+    kept = plans.current()
+    assert kept is not None and kept.down == ("leaf-0a~spine-a-0",)
+
+    released = subprocess.run(
+        [sys.executable, "-m", "c4.cli", "state", "release", "leaf-0a~spine-a-0"],
+        env=dict(os.environ, PYTHONPATH=str(REPO), **cluster.env()),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert released.returncode == 0, released.stderr
+    lines = released.stdout.strip().splitlines()
+    assert lines[0].startswith("link leaf-0a~spine-a-0 released")
+    assert lines[1].startswith("back in the route plan: leaf-0a~spine-a-0 (plan p-")
+    back = plans.current()
+    assert back is not None and back.down == () and back.id != kept.id
+    link = cluster.state.component("link", "leaf-0a~spine-a-0")
+    assert link is not None and link.state == "healthy"
+    release = [a for a in cluster.wait_actions(5) if a.action == "release"]
+    assert [(a.target, a.detail["plan"]) for a in release] == [("leaf-0a~spine-a-0", back.id)]
 
 
 def test_restart_limit_and_rate_limit_are_recorded_reasons(

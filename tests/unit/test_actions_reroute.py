@@ -16,7 +16,7 @@ from actions.pipeline import run_with_retry
 from actions.plan_store import PlanStoreError, Saved, StalePlanError, StoreUnavailableError
 from actions.planner.reroute import CurrentPlan, reroute
 from actions.policy import Step
-from actions.reroute_executor import RerouteExecutor, told_field
+from actions.reroute_executor import RerouteExecutor, give_back, told_field
 from actions.state import StateError
 from actions.state.store import Claim
 from schemas.base import C4Model
@@ -419,3 +419,31 @@ def test_an_unexpected_planner_error_is_a_failed_step_not_a_dead_worker(
     (record,) = caplog.records
     assert record.exc_info is not None and "leaf-1a" in record.getMessage()
     assert test.plans.saved == [] and test.outbox.published == []
+
+
+def test_a_released_link_the_plan_kept_out_is_given_back(fabric: Fabric) -> None:
+    current = in_force(fabric)
+    link, crossing = used_link(current)
+    kept = reroute(fabric, JOBS, current, diagnosis([("link", link)]), TS).current
+    assert link in kept.down
+    test = rig(fabric, kept)
+    back = give_back(test.state, test.plans, test.outbox, "link", link, TS + 9, "operator")
+    assert back is not None and back.links == (link,)
+    assert test.plans.plan is not None and link not in test.plans.plan.down
+    assert back.plan == test.plans.plan.id != kept.id
+    # Routes first, then the compare-and-set, as the reroute step does.
+    assert test.plans.log[-1] == f"save {back.plan}"
+    assert back.routes == len(test.outbox.published)
+    # Released again: nothing kept out any more, nothing to give back.
+    assert give_back(test.state, test.plans, test.outbox, "link", link, TS + 10, "op") is None
+    assert crossing
+
+
+def test_only_a_kept_out_link_or_switch_is_given_back(fabric: Fabric) -> None:
+    test = rig(fabric, in_force(fabric))
+    assert give_back(test.state, test.plans, test.outbox, "node", "node-002", TS, "op") is None
+    free = "leaf-0a~spine-a-0"
+    assert give_back(test.state, test.plans, test.outbox, "link", free, TS, "op") is None
+    assert test.plans.log == [] and test.outbox.published == []
+    nothing = rig(fabric, None)
+    assert give_back(nothing.state, nothing.plans, nothing.outbox, "link", free, TS, "op") is None
