@@ -56,6 +56,9 @@ class JobDetector:
         self.slow_paths: list[SlowPath] = []
         # Next check in this job's own data time, when its reports lag the clock.
         self.next_check_ns = 0
+        # Nodes whose node_down just resolved -> when: their ranks report again one by one,
+        # and those not yet back must not read as a new hang meanwhile.
+        self._back_ns: dict[str, int] = {}
 
     # --- input -----------------------------------------------------------------------
     def on_collective(self, message: Collective) -> None:
@@ -108,7 +111,7 @@ class JobDetector:
         if data_now >= 0:
             now_ns = min(now_ns, data_now + self.params.silent_after_ns)
         down = self._check_nodes(now_ns, out)
-        self._check_hangs(now_ns, down, out)
+        self._check_hangs(now_ns, down | self._coming_back(now_ns), out)
         self._check_stragglers(now_ns, out)
         if down:
             # Connections to a node that is gone stall: no slow path, no slowdown to blame.
@@ -155,7 +158,15 @@ class JobDetector:
                 resolved := self.book.resolve(self.job, "node_down", node, now_ns)
             ):
                 out.append(resolved)
+                self._back_ns[node] = now_ns
         return down
+
+    def _coming_back(self, now_ns: int) -> set[str]:
+        """Nodes back from node_down for less than ``silent_after``: still rejoining."""
+        grace = self.params.silent_after_ns
+        for node in [n for n, at in self._back_ns.items() if now_ns - at >= grace]:
+            del self._back_ns[node]
+        return set(self._back_ns)
 
     def _check_hangs(self, now_ns: int, down: set[str], out: list[Diagnosis]) -> None:
         noncomm: list[tuple[int, CommTracker, Hang, list[Member]]] = []
@@ -386,6 +397,7 @@ class JobDetector:
             "findings": self.book.state(),
             "stragglers": self._stragglers,
             "slow_keys": self._slow_keys,
+            "back": self._back_ns,
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -399,6 +411,7 @@ class JobDetector:
         self.book.restore(state["findings"])
         self._stragglers = state["stragglers"]
         self._slow_keys = state["slow_keys"]
+        self._back_ns = {str(node): int(at) for node, at in state.get("back", {}).items()}
 
     def close(self, now_ns: int) -> list[Diagnosis]:
         """Resolve every open finding (the job stopped)."""

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from schemas.messages import Diagnosis, Gpu, Link, LinkCounters
+from schemas.messages import Diagnosis, Gpu, Link, LinkCounters, Ops
 from streams.core.engine import Engine
 from tests.unit.ring_job import MS, RingJob
 
@@ -183,3 +183,37 @@ def test_ten_percent_straggler_named_within_fifty_operations() -> None:
     period_ns = job.compute_ns + job.transfer_ns
     onset_ns = T0_PLUS(0) + 20 * period_ns
     assert slow.ts_ns - onset_ns <= 50 * period_ns
+
+
+def test_a_node_coming_back_is_no_new_hang_while_its_ranks_rejoin() -> None:
+    # Node-001 goes dark at op 40 (node_down), then comes back: its eight ranks report again
+    # one every 0.3 s, each entering op 40, which the others still wait in. Until the last of
+    # them is back, the missing ones are the node rejoining, not a hang of their own.
+    job = RingJob(n=24, dead_node={1: 40})
+    engine = Engine()
+    messages = job.messages()
+    found = [d for m in [job.job_message(), *messages] for d in engine.process(m)]
+    assert [(d.class_, d.state) for d in found] == [("node_down", "firing")]
+    last = messages[-1].ts_ns
+    waiting = {m.rank: m for m in messages if m.ts_ns == last}
+    template = next(m for m in messages if m.rank == 8)
+    rejoin = []
+    for step, rank in enumerate(range(8, 16), start=1):
+        at = last + step * 300 * MS
+        ops = Ops(seq=(40,), op=("allreduce",), bytes=(64 * MS,), enter_ns=(at,), end_ns=(None,))
+        rejoin.append(
+            template.model_copy(
+                update={"rank": rank, "global_rank": rank, "gpu": rank % 8, "ts_ns": at, "ops": ops}
+            )
+        )
+        for report in waiting.values():  # the others keep heartbeating meanwhile
+            rejoin.append(
+                report.model_copy(
+                    update={
+                        "ts_ns": at,
+                        "ops": Ops(seq=(), op=(), bytes=(), enter_ns=(), end_ns=()),
+                    }
+                )
+            )
+    after = [d for m in rejoin for d in engine.process(m)]
+    assert [(d.class_, d.state) for d in after] == [("node_down", "resolved")], after
