@@ -32,18 +32,18 @@ from c4.dashboard.feed import Feed
 from c4.dashboard.model import link_loads
 from c4.dashboard.server import DashboardServer, Source
 from c4.demo import DemoError
+from c4.demo.audit import audit
 from c4.demo.chaos import (
     Chaos,
     ChildTarget,
     Kill,
-    PipelineWatch,
     StackTarget,
     Target,
-    audit,
     kill_plan,
     recovery_table,
 )
 from c4.demo.live_sim import HandoffOutlet, LiveSimulator
+from c4.demo.pipeline_watch import PipelineWatch
 from c4.demo.processes import Child, free_port
 from c4.demo.receivers import Receivers
 from c4.demo.report import WallClock, write_report

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from c4.demo.audit import audit
 from c4.demo.chaos import (
     RECOVERY_LIMIT_S,
     RESTART_AFTER_S,
@@ -13,7 +14,6 @@ from c4.demo.chaos import (
     Chaos,
     ChaosFailed,
     Target,
-    audit,
     kill_plan,
     recovery_table,
 )
