@@ -37,6 +37,8 @@ class SeqState:
     ended: int = 0
     first_seen_ns: int = 0
     all_entered_ns: int | None = None
+    # Some rank's enter or end was inferred, not reported (a lost report): no durations.
+    inferred: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +158,8 @@ class CommTracker:
                 state.ended += 1
                 if state.ended == self.size:
                     self._complete(seq, state)
+        if ops.seq and pending and min(pending) < max(ops.seq):
+            self._infer_earlier(rank, ops.seq, ops.end_ns, ts_ns)
         if message.conns is not None:
             samples = self.conns.setdefault(rank, deque(maxlen=64))
             conns = message.conns
@@ -165,6 +169,36 @@ class CommTracker:
                 samples.append(ConnSample(rank, peer, port, nbytes, busy, message.ts_ns))
                 if member.port is None:
                     member.port = port
+
+    def _infer_earlier(
+        self, rank: int, seqs: tuple[int, ...], ends: tuple[int | None, ...], ts_ns: int
+    ) -> None:
+        """Fill in what a lost report of this rank said about earlier operations.
+
+        Operations of one communicator are entered, and finish, in order on every rank: a
+        rank that entered (finished) an operation entered (finished) every earlier one. A
+        report lost on the way (an agent killed before delivering it, a detector restored
+        from a snapshot older than its committed offsets) would otherwise leave an earlier
+        operation waiting for this rank forever: a hang that is none.
+        """
+        entered_upto = max(seqs)
+        ended_upto = max(
+            (seq for seq, end in zip(seqs, ends, strict=True) if end is not None), default=-1
+        )
+        for seq in sorted(s for s in self.pending if s < entered_upto):
+            state = self.pending[seq]
+            if state.enter[rank] == NOT_YET:
+                state.enter[rank] = ts_ns
+                state.entered += 1
+                state.inferred = True
+                if state.entered == self.size:
+                    state.all_entered_ns = ts_ns
+            if seq < ended_upto and state.end[rank] == NOT_YET:
+                state.end[rank] = ts_ns
+                state.ended += 1
+                state.inferred = True
+                if state.ended == self.size:
+                    self._complete(seq, state)
 
     def _open(self, seq: int, op: str, nbytes: int, ts_ns: int) -> SeqState:
         if len(self.pending) >= MAX_PENDING:
@@ -188,6 +222,8 @@ class CommTracker:
         del self.pending[seq]
         self._mark_done(seq)
         self.ops_seen += 1
+        if state.inferred:
+            return  # some of its times are stand-ins: nothing to learn from its durations
         durations = [end - enter for enter, end in zip(state.enter, state.end, strict=True)]
         shortest = min(durations)
         last = durations.index(shortest)
@@ -309,7 +345,16 @@ class CommTracker:
                 [m.global_rank, m.node, m.gpu, m.port, m.last_seen_ns] for m in self.members
             ],
             "pending": [
-                [seq, st.op, st.nbytes, st.enter, st.end, st.first_seen_ns, st.all_entered_ns]
+                [
+                    seq,
+                    st.op,
+                    st.nbytes,
+                    st.enter,
+                    st.end,
+                    st.first_seen_ns,
+                    st.all_entered_ns,
+                    st.inferred,
+                ]
                 for seq, st in self.pending.items()
             ],
             "floor": max(self.floor, done + 1),
@@ -341,11 +386,12 @@ class CommTracker:
         ):
             member.global_rank, member.node, member.gpu = global_rank, node, gpu
             member.port, member.last_seen_ns = port, seen
-        for seq, op, nbytes, enter, end, first_seen, all_entered in state["pending"]:
+        for seq, op, nbytes, enter, end, first_seen, all_entered, *rest in state["pending"]:
             entered = sum(1 for t in enter if t != NOT_YET)
             ended = sum(1 for t in end if t != NOT_YET)
+            inferred = bool(rest[0]) if rest else False
             tracker.pending[seq] = SeqState(
-                op, nbytes, enter, end, entered, ended, first_seen, all_entered
+                op, nbytes, enter, end, entered, ended, first_seen, all_entered, inferred
             )
         tracker.floor = state["floor"]
         tracker.spans.restore(state["spans"])

@@ -6,7 +6,7 @@ import pytest
 
 from schemas.messages import Diagnosis, Gpu, Link, LinkCounters, Ops
 from streams.core.engine import Engine
-from tests.unit.ring_job import MS, RingJob
+from tests.unit.ring_job import MS, T0, RingJob
 
 S = 1_000_000_000
 
@@ -217,3 +217,19 @@ def test_a_node_coming_back_is_no_new_hang_while_its_ranks_rejoin() -> None:
             )
     after = [d for m in rejoin for d in engine.process(m)]
     assert [(d.class_, d.state) for d in after] == [("node_down", "resolved")], after
+
+
+def test_a_lost_report_is_no_hang_the_rank_went_on() -> None:
+    # One report of rank 3 never arrives (an agent killed before delivering it, a detector
+    # restored from a snapshot older than its committed offsets): the operations it entered
+    # and finished in that interval are never reported again. Its later reports show it went
+    # on: operations of one communicator are entered and finish in order.
+    job = RingJob(ops=120)
+    messages = job.messages()
+    lost = next(m for m in messages if m.rank == 3 and m.ts_ns > T0 + 8 * S and any(m.ops.end_ns))
+    assert any(e is not None for e in lost.ops.end_ns)
+    engine = Engine()
+    found = [d for m in [job.job_message(), *messages] if m is not lost for d in engine.process(m)]
+    assert found == []
+    tracker = engine.jobs["job-1"].comms["c0"]
+    assert not any(seq in tracker.pending for seq in lost.ops.seq)
