@@ -72,7 +72,7 @@ class LiveDetection:
                 self.counters.too_late += 1
                 self.metrics.late.inc()
                 return []
-            if ts_ns > latest or key not in self._latest_of:
+            if ts_ns >= latest:  # also a key seen for the first time (latest is ts_ns)
                 self._latest_of[key] = ts_ns
         else:
             ts_ns = 0  # a fact (placement, route plan): always taken, never moves the clock

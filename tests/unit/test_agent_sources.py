@@ -154,23 +154,31 @@ def _seqs(reading: Reading) -> list[int]:
     return [s for m in reading.messages if isinstance(m, Collective) for s in m.ops.seq]
 
 
+class _Trainer:
+    """One training rank handing its finished allreduces to the agent's folder."""
+
+    def __init__(self, folder: Path, max_bytes: int) -> None:
+        self.recorder = OpRecorder("job-1")
+        self.log = self.recorder.comm("0", 2, 0, 0)
+        self.sink = FolderSink(folder, "rank0", max_bytes=max_bytes)
+
+    def run(self, steps: range) -> None:
+        for step in steps:
+            self.log.enter("allreduce", 8, T0 + step)[END] = T0 + step + 1
+            self.sink(self.recorder.messages(T0 + step + 2))
+
+
 def test_a_restart_goes_on_from_the_last_commit_not_from_the_last_read(tmp_path: Path) -> None:
     folder, checkpoint = tmp_path / "handoff", tmp_path / "offsets.json"
-    recorder = OpRecorder("job-1")
-    log = recorder.comm("0", 2, 0, 0)
-    sink = FolderSink(folder, "rank0", max_bytes=500)
+    trainer = _Trainer(folder, max_bytes=500)
     source = HandoffSource(folder, checkpoint=checkpoint)
-    for step in range(6):
-        log.enter("allreduce", 8, T0 + step)[END] = T0 + step + 1
-        sink(recorder.messages(T0 + step + 2))
+    trainer.run(range(6))
     first = _seqs(source.read(0))
     assert first == list(range(6))
     assert source.commit() is None
-    for step in range(6, 9):
-        log.enter("allreduce", 8, T0 + step)[END] = T0 + step + 1
-        sink(recorder.messages(T0 + step + 2))
+    trainer.run(range(6, 9))
     assert _seqs(source.read(0)) == [6, 7, 8]  # read, never committed: the agent was killed
-    sink.close()
+    trainer.sink.close()
     again = HandoffSource(folder, checkpoint=checkpoint)
     assert _seqs(again.read(0)) == [6, 7, 8]  # read again, nothing skipped, nothing before
     again.commit()
@@ -180,13 +188,9 @@ def test_a_restart_goes_on_from_the_last_commit_not_from_the_last_read(tmp_path:
 def test_files_are_deleted_only_once_committed_to_their_end(tmp_path: Path) -> None:
     checkpoint = tmp_path / "offsets.json"
     folder = tmp_path / "handoff"
-    recorder = OpRecorder("job-1")
-    log = recorder.comm("0", 2, 0, 0)
-    sink = FolderSink(folder, "rank0", max_bytes=300)
+    trainer = _Trainer(folder, max_bytes=300)
     source = HandoffSource(folder, checkpoint=checkpoint)
-    for step in range(8):
-        log.enter("allreduce", 8, T0 + step)[END] = T0 + step + 1
-        sink(recorder.messages(T0 + step + 2))
+    trainer.run(range(8))
     assert _seqs(source.read(0)) == list(range(8))
     files = len(list(folder.iterdir()))
     assert files > 2
@@ -195,7 +199,7 @@ def test_files_are_deleted_only_once_committed_to_their_end(tmp_path: Path) -> N
     source.commit()
     source.read(0)
     assert len(list(folder.iterdir())) == 1  # committed: only the writer's current file is left
-    sink.close()
+    trainer.sink.close()
     assert _seqs(HandoffSource(folder, checkpoint=checkpoint).read(0)) == []
 
 
