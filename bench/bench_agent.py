@@ -7,9 +7,10 @@
    second (its own thread and librdkafka's), and the batching CPU per training process.
 2. Training-thread overhead: a one-process gloo group; batches of small allreduces with and
    without the instrumentation's hooks, interleaved; the median difference is what the
-   hooks add to the training thread.
+   hooks add to the training thread, for each way of taking end times, in wall time and in
+   the training thread's CPU time, and how exact each way's end times are.
 
-    python bench/bench_agent.py [--seconds 5] [--repeats 3] [--ops 5000] [--pairs 15]
+    python bench/bench_agent.py [--seconds 5] [--repeats 3] [--ops 2000] [--pairs 41]
 """
 
 from __future__ import annotations
@@ -140,26 +141,53 @@ import os, sys, time, statistics
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 import torch, torch.distributed as dist
 from producers.torch_hooks import instrument
-ops, pairs = int(sys.argv[2]), int(sys.argv[3])
-dist.init_process_group("gloo", rank=0, world_size=1)
+ops, pairs, backend = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+# One core for this process and every thread it starts (gloo's, the pollers): on this VM a
+# wake-up across cores takes 30+ µs and varies by as much, which swamps µs differences;
+# on one core the quartiles of 41 rounds lie within half a µs.
+os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+if backend == "fake":  # completes every op in the call: no other thread, the hooks alone
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    dist.init_process_group("fake", rank=0, world_size=4, store=FakeStore())
+else:
+    dist.init_process_group("gloo", rank=0, world_size=1)
 group = dist.distributed_c10d._get_default_group()
 tensor = torch.ones(16)
-def per_op():
-    started = time.perf_counter_ns()
+def per_op():  # (wall µs, training-thread CPU µs) per allreduce
+    wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
     for _ in range(ops):
         dist.all_reduce(tensor)
-    return (time.perf_counter_ns() - started) / ops / 1000
+    return (time.perf_counter_ns() - wall) / ops / 1000, (time.thread_time_ns() - cpu) / ops / 1000
+def end_error(instrumentation, received):
+    # µs from the recorded end to the moment the call returned (> 0: stamped before it)
+    log = instrumentation.recorder.comm(str(group.group_name), 1, 0, 0)
+    returned = {}
+    for _ in range(300):
+        seq = log.seq
+        dist.all_reduce(tensor)
+        returned[seq] = time.time_ns()
+        time.sleep(0.0005)
+    instrumentation.flush()
+    ends = {}
+    for message in received:
+        for seq, end in zip(message.ops.seq, message.ops.end_ns):
+            if end is not None:
+                ends[seq] = end
+    gaps = sorted((returned[seq] - ends[seq]) / 1000 for seq in returned if seq in ends)
+    return gaps[len(gaps) // 2], gaps[len(gaps) // 20]
 for _ in range(2000):
     dist.all_reduce(tensor)  # warm up
-def compare(completion):
-    # Medians over interleaved pairs: plain, hooked, hooked - plain, enter-only - plain.
+def compare(completion, native):
+    # Medians over interleaved triples: plain, enter record only, hooked.
     received = []
     instrumentation = instrument("bench", received.extend, interval_s=0.5,
-                                 completion=completion)
+                                 completion=completion, native=native == "c++")
     log = instrumentation.recorder.comm("x", 1, 0, 0)
     pre_only, _ = instrumentation._hooks("x", log, [0], 0)
     plain, hooked, recording = [], [], []
-    for _ in range(pairs):  # interleaved, so drifts of the machine hit all alike
+    for index in range(pairs + 1):  # interleaved, so drifts of the machine hit all alike
+        if index == 1:
+            del plain[:], hooked[:], recording[:]  # the first round warms up
         instrumentation.detach()
         plain.append(per_op())
         group.register_pre_hook(0xC5, pre_only)  # enter records only, no end time
@@ -167,20 +195,32 @@ def compare(completion):
         group.unregister_pre_hook(0xC5)
         instrumentation.attach(group)
         hooked.append(per_op())
+    error = end_error(instrumentation, received)
     instrumentation.close()
     assert sum(len(m.ops) for m in received) >= pairs * ops
-    return (statistics.median(plain), statistics.median(hooked),
-            statistics.median(h - p for h, p in zip(hooked, plain)),
-            statistics.median(r - p for r, p in zip(recording, plain)))
-for completion in ("future", "poll"):
-    print(completion, *(f"{value:.3f}" for value in compare(completion)))
+    def added(rows, kind):
+        return statistics.median(r[kind] - p[kind] for r, p in zip(rows, plain))
+    spread = statistics.quantiles([h[0] - p[0] for h, p in zip(hooked, plain)], n=4)
+    return (statistics.median(p[0] for p in plain), added(hooked, 0), added(recording, 0),
+            added(hooked, 1), added(recording, 1), *error, spread[0], spread[2])
+for mode in sys.argv[5:]:
+    completion, native = mode.split("/")
+    print(mode, *(f"{value:.3f}" for value in compare(completion, native)))
 dist.destroy_process_group()
 """
 
+MODES = (  # completion/native: what the instrumentation does
+    ("future/c++", "C++ future callback (gloo's default)"),
+    ("poll/c++", "C++ poller thread (NCCL's default)"),
+    ("future/python", "Python future callback"),
+    ("poll/python", "Python poller thread"),
+)
 
-def torch_overhead(ops: int, pairs: int) -> dict[str, list[float]]:
-    """Per end-time mode, µs per allreduce (1-process gloo): plain, hooked, added, added by
-    the enter record alone."""
+
+def torch_overhead(ops: int, pairs: int, backend: str = "gloo") -> dict[str, list[float]]:
+    """Per end-time mode (allreduce, 1-process gloo or torch's fake backend): plain µs/op;
+    added wall µs/op by the hooks and by the enter record alone; the same in training-thread
+    CPU µs/op; how long before the call returned the recorded end lies, p50 and p5 (µs)."""
     import subprocess
 
     with socket.socket() as sock:
@@ -189,14 +229,18 @@ def torch_overhead(ops: int, pairs: int) -> dict[str, list[float]]:
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONWARNINGS": "ignore"}
     result = subprocess.run(  # noqa: S603 -- our own worker script, this interpreter
-        [sys.executable, "-c", TORCH_WORKER, str(port), str(ops), str(pairs)],
+        [sys.executable, "-c", TORCH_WORKER, str(port), str(ops), str(pairs), backend]
+        + [mode for mode, _ in MODES],
         capture_output=True,
         text=True,
         env=env,
         cwd=root,
-        timeout=600,
-        check=True,
+        timeout=1200,
+        check=False,
     )
+    if result.returncode != 0:
+        failure = f"torch worker failed: {result.stderr.strip().splitlines()[-1:]}"
+        raise SystemExit(failure)
     rows = [line.split() for line in result.stdout.splitlines() if line.strip()]
     return {row[0]: [float(value) for value in row[1:]] for row in rows}
 
@@ -205,8 +249,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--ops", type=int, default=5_000, help="allreduces per timed batch")
-    parser.add_argument("--pairs", type=int, default=15, help="plain/hooked batch pairs")
+    parser.add_argument("--ops", type=int, default=2_000, help="allreduces per timed batch")
+    parser.add_argument("--pairs", type=int, default=41, help="interleaved batch triples")
     parser.add_argument(
         "--bootstrap", default=os.environ.get("C4_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     )
@@ -216,9 +260,10 @@ def main() -> int:
     agent_cpu = statistics.median(r[0] for r in rounds)
     batching = statistics.median(r[1] for r in rounds)
     messages = statistics.median(r[2] for r in rounds)
-    overhead = torch_overhead(args.ops, args.pairs)
-    plain, future, future_added, enter = overhead["future"]
-    _, poll, poll_added, _ = overhead["poll"]
+    overheads = {
+        "gloo": torch_overhead(args.ops, args.pairs, "gloo"),
+        "fake": torch_overhead(args.ops * 5, args.pairs, "fake"),
+    }
 
     lines = [
         f"node agent, {GPUS} GPUs x {OPS_PER_S} ops/s, {args.seconds:.0f} s per run, "
@@ -227,14 +272,33 @@ def main() -> int:
         f"{'agent CPU (handoff tail + sysfs + Kafka), s/s':<56}{agent_cpu:>10.4f}",
         f"{'batching thread CPU per training process, s/s':<56}{batching:>10.5f}",
         f"{'messages published per run':<56}{messages:>10.0f}",
-        f"torch hooks, 1-process gloo allreduce of 16 floats, {args.pairs} interleaved pairs"
-        f" of {args.ops} ops",
-        f"{'plain allreduce, µs/op':<56}{plain:>10.2f}",
-        f"{'added: enter record only (pre-hook), µs/op':<56}{enter:>10.2f}",
-        f"{'added: enter + end by future callback (gloo), µs/op':<56}{future_added:>10.2f}"
-        f"{TARGET_US_PER_OP:>10.1f}",
-        f"{'added: enter + end by poller thread (NCCL way), µs/op':<56}{poll_added:>10.2f}"
-        f"{TARGET_US_PER_OP:>10.1f}",
+    ]
+    for backend, title in (
+        ("gloo", "1-process gloo allreduce of 16 floats (gloo's thread runs it)"),
+        ("fake", "torch's fake backend (the op completes in the call: the hooks alone)"),
+    ):
+        ops = args.ops * (5 if backend == "fake" else 1)
+        lines += [
+            "",
+            f"torch hooks, {title}; {args.pairs} interleaved triples (plain, enter only,"
+            f" hooked) of {ops} ops per way; medians",
+            f"{'end times by':<40}{'plain':>7}{'added':>7}{'IQR':>12}{'enter':>7}{'CPU+':>7}"
+            f"{'end p50':>9}{'end p5':>8}{'target':>8}{'':>7}",
+        ]
+        for mode, label in MODES:
+            plain, added, enter, cpu_added, _, gap50, gap5, low, high = overheads[backend][mode]
+            verdict = "met" if added < TARGET_US_PER_OP else "MISSED"
+            iqr = f"{low:.2f}-{high:.2f}"
+            lines.append(
+                f"{label:<40}{plain:>7.2f}{added:>7.2f}{iqr:>12}{enter:>7.2f}{cpu_added:>7.2f}"
+                f"{gap50:>9.1f}{gap5:>8.1f}{TARGET_US_PER_OP:>8.1f}{verdict:>7}"
+            )
+    lines += [
+        "",
+        "µs per op, every process pinned to one core: plain allreduce; added wall time with the",
+        "hooks (enter + end), the target's measure, and its interquartile range over the rounds;",
+        "added by the enter record alone; added training-thread CPU with the hooks; end p50/p5:",
+        "how long before the call returned the recorded end lies (< 0: after it)",
         f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores",
     ]
     table = "\n".join(lines)

@@ -7,13 +7,14 @@ Hooks are registered on every process group (``ProcessGroup.register_pre_hook`` 
 ``register_post_hook``, run by c10d itself, so operations issued from C++ such as DDP's
 gradient buckets are seen too), on those that exist and on every one created later. On the
 training thread the pre-hook records the op, its bytes and the enter time. The end time
-comes, for gloo, from a callback on the Work's future (exact; it runs on gloo's thread);
-for NCCL and other backends, whose future completes when the kernel is enqueued, from a
-thread that polls ``Work.is_completed()`` (the CUDA events) every millisecond, off the
-training thread. A Work without a future (gloo's reduce_scatter) is polled too and at the
-latest taken as finished when the rank enters its next operation on that group: an upper
-bound of its end, the only one such a Work gives. A background thread turns the records
-into one v1 message per communicator per interval and hands the batch to the sink.
+comes, for gloo, from a C++ callback on the Work's future (`producers.torch_ends`: exact,
+and it neither takes the GIL nor runs Python on gloo's thread); for NCCL and other backends,
+whose future completes when the kernel is enqueued, from a thread that polls
+``Work.is_completed()`` (the CUDA events) every millisecond, off the training thread. A Work
+without a future (gloo's reduce_scatter) is polled too and at the latest taken as finished
+when the rank enters its next operation on that group: an upper bound of its end, the only
+one such a Work gives. A background thread turns the records into one v1 message per
+communicator per interval and hands the batch to the sink.
 
 The communicator id is the process group's global name (the same on all members, since all
 members create groups in the same order); ``seq`` counts the group's operations on every
@@ -38,11 +39,15 @@ from typing import Any, Literal
 from producers import ProducerError
 from producers.handoff import FolderSink
 from producers.oplog import END, CommLog, OpRecorder
+from producers.torch_ends import EndStamper, StamperUnavailable, load_stamper
 from schemas.base import C4Model
 from schemas.messages import Collective, OpName
 
 Sink = Callable[[list[Collective]], None]
 Completion = Literal["auto", "future", "poll"]
+EndSignal = Literal["future", "poll"]  # what tells one process group's operations ended
+NATIVE_POLL_S = 0.0002  # the C++ poller's period: it never takes the GIL
+PYTHON_POLL_S = 0.001  # the Python poller's: it takes the GIL every time
 HOOK_ID = 0x_C4  # the id our hooks are registered under on every process group
 
 # c10d's HookOpName members -> the contract's op (gather and scatter have none: not recorded)
@@ -90,7 +95,8 @@ class TorchInstrumentation:
         node: str | None = None,
         gpu: int | None = None,
         completion: Completion = "auto",
-        poll_s: float = 0.001,
+        poll_s: float | None = None,
+        native: bool | None = None,
     ) -> None:
         try:
             import torch.distributed as dist
@@ -117,15 +123,30 @@ class TorchInstrumentation:
         self._attached: dict[str, Any] = {}
         self._unfinished: list[tuple[Any, list[object]]] = []  # Works without a future
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()
         self._stop = threading.Event()
         self._blind: list[list[list[object]]] = []
         self.sink_errors = 0
         self.hook_errors = 0
         self._hook_errors_reported = False
         self._thread = threading.Thread(target=self._loop, name="c4-instrumentation", daemon=True)
-        self.completion, self.poll_s = completion, poll_s
+        self.completion = completion
         self._polled: deque[tuple[Any, list[object]]] = deque()  # Works the poller watches
         self._poller = threading.Thread(target=self._poll_loop, name="c4-completion", daemon=True)
+        self._stamped: deque[tuple[list[object], int, Any]] = deque()  # (record, slot, Work)
+        self.stamper: EndStamper | None = None
+        self.stamper_problem: str | None = None  # why the ends are taken in Python
+        if native is not False:
+            try:
+                self.stamper = load_stamper()
+            except StamperUnavailable as error:
+                if native:
+                    raise InstrumentationError(str(error)) from error
+                self.stamper_problem = str(error)
+                print(f"c4 instrumentation: {error}; end times taken in Python", file=sys.stderr)
+        self.poll_s = poll_s or (NATIVE_POLL_S if self.stamper else PYTHON_POLL_S)
+        if self.stamper is not None:
+            self.stamper.set_poll_period_us(max(1, round(self.poll_s * 1e6)))
 
     def start(self) -> TorchInstrumentation:
         """Hook every existing process group and every later one; start batching."""
@@ -153,7 +174,7 @@ class TorchInstrumentation:
             members = list(range(group.size()))
         me = members[group.rank()]
         log = self.recorder.comm(name, group.size(), group.rank(), me)
-        pre, post = self._hooks(name, log, members, me, self._polls(group))
+        pre, post = self._hooks(name, log, members, me, self._end_signal(group))
         group.register_pre_hook(HOOK_ID, pre)
         group.register_post_hook(HOOK_ID, post)
 
@@ -169,26 +190,31 @@ class TorchInstrumentation:
             except RuntimeError:
                 pass  # the group was destroyed already
 
-    def _polls(self, group: Any) -> bool:
-        """Whether this group's ends come from the poller (a future that completes at enqueue,
-        as NCCL's does, says nothing about when the GPU finished)."""
+    def _end_signal(self, group: Any) -> EndSignal:
+        """What tells this group's operations ended. Only a backend whose future completes
+        when the operation has finished (gloo) can use its future; NCCL's completes at
+        enqueue, which says nothing about when the GPU finished, so its Works are polled."""
         if self.completion != "auto":
-            return self.completion == "poll"
+            return self.completion
         try:
             backend = str(group._get_backend_name())
         except (AttributeError, RuntimeError):
             backend = "unknown"
-        return backend != "gloo"
+        return "future" if backend == "gloo" else "poll"
 
     def _hooks(
-        self, name: str, log: CommLog, members: list[int], me: int, polls: bool = False
+        self, name: str, log: CommLog, members: list[int], me: int, signal: EndSignal = "future"
     ) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
         ops, recorder, clock = self._ops, self.recorder, time.time_ns
         pending: dict[int, list[object]] = {}
         pairs: dict[int, CommLog] = {}
         unfinished = self._unfinished
-        polled = self._polled
-        if polls and not self._poller.is_alive() and not self._stop.is_set():
+        polled, stamped = self._polled, self._stamped
+        polls = signal == "poll"
+        stamper = self.stamper
+        stamp = None if stamper is None else stamper.stamp_on_end
+        watch = None if stamper is None else stamper.poll_on_end
+        if polls and stamper is None and not self._poller.is_alive() and not self._stop.is_set():
             self._poller.start()
         blind: list[list[object]] = []  # records whose Work has no future (gloo reduce_scatter)
         self._blind.append(blind)
@@ -222,6 +248,15 @@ class TorchInstrumentation:
                 if record is None:
                     return
                 work = args.work
+                if work is None:  # c10d gives none for an operation it completed in the call
+                    record[END] = clock()
+                    return
+                if stamp is not None and watch is not None:  # the end comes from C++
+                    slot = -1 if polls else stamp(work)
+                    if slot < 0:  # polled, or a Work without a future
+                        slot = watch(work)
+                    stamped.append((record, slot, work))
+                    return
                 if polls and args.name in with_future:
                     polled.append((work, record))  # the common case: one append
                     return
@@ -263,6 +298,21 @@ class TorchInstrumentation:
                     polled.append((work, record))
             time.sleep(self.poll_s)
 
+    def _resolve_stamped(self) -> None:
+        """Write the end times the C++ callbacks took into their records."""
+        stamped, stamper = self._stamped, self.stamper
+        if not stamped or stamper is None:
+            return
+        batch = [stamped.popleft() for _ in range(len(stamped))]
+        ends = stamper.ends_of([slot for _, slot, _ in batch])
+        for (record, slot, work), end in zip(batch, ends, strict=True):
+            if end > 0:
+                record[END] = end
+            elif end < 0:  # a later operation took the cell over: ask the Work instead
+                self._unfinished.append((work, record))
+            else:
+                stamped.append((record, slot, work))
+
     def _poll_unfinished(self) -> None:
         still = []
         for work, record in self._unfinished[:]:
@@ -275,14 +325,16 @@ class TorchInstrumentation:
 
     def flush(self) -> int:
         """Hand this interval's messages to the sink now; how many."""
-        self._poll_unfinished()
-        messages = self.recorder.messages(time.time_ns())
-        try:
-            self._sink(messages)
-        except Exception as error:  # noqa: BLE001 -- the training must go on
-            self.sink_errors += 1
-            if self.sink_errors == 1:
-                print(f"c4 instrumentation: sink failed: {error}", file=sys.stderr)
+        with self._flushing:  # the batching thread and a caller may flush at once
+            self._resolve_stamped()
+            self._poll_unfinished()
+            messages = self.recorder.messages(time.time_ns())
+            try:
+                self._sink(messages)
+            except Exception as error:  # noqa: BLE001 -- the training must go on
+                self.sink_errors += 1
+                if self.sink_errors == 1:
+                    print(f"c4 instrumentation: sink failed: {error}", file=sys.stderr)
         if self.hook_errors and not self._hook_errors_reported:
             self._hook_errors_reported = True
             print(f"c4 instrumentation: {self.hook_errors} hook errors", file=sys.stderr)
@@ -304,6 +356,10 @@ class TorchInstrumentation:
             work, record = self._polled.popleft()
             if record[END] is None and work.is_completed():
                 record[END] = now
+        self._resolve_stamped()
+        while self._stamped:  # still running: the last flush polls them
+            record, _, work = self._stamped.popleft()
+            self._unfinished.append((work, record))
         if self.attach in _GROUP_WATCHERS:
             _GROUP_WATCHERS.remove(self.attach)
         now = time.time_ns()  # the training returned from every call: its operations ended
@@ -363,19 +419,26 @@ def instrument(
     node: str | None = None,
     gpu: int | None = None,
     completion: Completion = "auto",
+    native: bool | None = None,
+    poll_s: float | None = None,
 ) -> TorchInstrumentation:
     """Start recording every process group's operations; call once, early in the script.
 
     ``node`` defaults to the host name and ``gpu`` to ``LOCAL_RANK`` when it is set.
-    ``completion``: how end times are taken: ``future`` (a callback when the Work's future
-    completes: exact for gloo, but it runs in the path ``wait()`` waits on), ``poll`` (a
-    thread polls ``Work.is_completed()`` every ``poll_s``: off the training thread, within a
-    poll period; NCCL needs it), ``auto`` (future for gloo, poll for every other backend).
+    ``completion``: what tells an operation ended: ``future`` (the Work's future completes:
+    exact for gloo), ``poll`` (``Work.is_completed()``, asked every ``poll_s``; NCCL needs
+    it: its future completes at enqueue), ``auto`` (future for gloo, poll for every other
+    backend). ``native``: take end times in C++ (`producers.torch_ends`, built on first use:
+    no GIL taken, nothing run on the backend's thread, polled every 200 µs) or in Python (a
+    future callback that takes the GIL in the path ``wait()`` waits on; a poller thread
+    every 1 ms). ``None``: C++ where the helper can be built, else Python, saying why once.
     """
     if gpu is None and os.environ.get("LOCAL_RANK", "").isdigit():
         gpu = int(os.environ["LOCAL_RANK"])
     host = node or socket.gethostname()
-    return TorchInstrumentation(job, sink, interval_s, host, gpu, completion).start()
+    return TorchInstrumentation(
+        job, sink, interval_s, host, gpu, completion, poll_s=poll_s, native=native
+    ).start()
 
 
 def kafka_sink(

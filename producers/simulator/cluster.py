@@ -103,9 +103,7 @@ class Cluster:
     def path_links(self, src_port: str, dst_port: str, via: str | None) -> tuple[str, ...]:
         """The fabric links between two ports through spine ``via`` (none within one leaf)."""
         leaf_of = {
-            f"{node.id}/{port.id}": port.leaf
-            for node in self.topology.nodes
-            for port in node.ports
+            f"{node.id}/{port.id}": port.leaf for node in self.topology.nodes for port in node.ports
         }
         src, dst = leaf_of.get(src_port), leaf_of.get(dst_port)
         if via is None or src is None or dst is None or src == dst:
