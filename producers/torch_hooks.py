@@ -6,15 +6,18 @@
 Hooks are registered on every process group (``ProcessGroup.register_pre_hook`` /
 ``register_post_hook``, run by c10d itself, so operations issued from C++ such as DDP's
 gradient buckets are seen too), on those that exist and on every one created later. On the
-training thread the pre-hook records the op, its bytes and the enter time. The end time
-comes, for gloo, from a C++ callback on the Work's future (`producers.torch_ends`: exact,
-and it neither takes the GIL nor runs Python on gloo's thread); for NCCL and other backends,
-whose future completes when the kernel is enqueued, from a thread that polls
-``Work.is_completed()`` (the CUDA events) every millisecond, off the training thread. A Work
-without a future (gloo's reduce_scatter) is polled too and at the latest taken as finished
-when the rank enters its next operation on that group: an upper bound of its end, the only
-one such a Work gives. A background thread turns the records into one v1 message per
-communicator per interval and hands the batch to the sink.
+training thread the pre-hook records the op, its bytes and the enter time; the post-hook
+hands the Work to whatever takes its end time. For gloo that is a callback on the Work's
+future (exact); for NCCL and other backends, whose future completes when the kernel is
+enqueued, a thread that polls ``Work.is_completed()`` (the CUDA events). Both run in C++
+(`producers.torch_ends`: no GIL taken, no Python on the backend's thread, polled every
+500 µs); where that helper cannot be built, in Python (the callback then takes the GIL in
+the path ``wait()`` waits on; the poller asks every millisecond). A Work without a future
+(gloo's reduce_scatter) is polled too and at the latest taken as finished when the rank
+enters its next operation on that group: an upper bound of its end, the only one such a
+Work gives (it does not say it completed before ``wait()`` is called). A background
+thread turns the records into one v1 message per communicator per interval and hands the
+batch to the sink.
 
 The communicator id is the process group's global name (the same on all members, since all
 members create groups in the same order); ``seq`` counts the group's operations on every
@@ -46,7 +49,7 @@ from schemas.messages import Collective, OpName
 Sink = Callable[[list[Collective]], None]
 Completion = Literal["auto", "future", "poll"]
 EndSignal = Literal["future", "poll"]  # what tells one process group's operations ended
-NATIVE_POLL_S = 0.0002  # the C++ poller's period: it never takes the GIL
+NATIVE_POLL_S = 0.0005  # the C++ poller's period: no GIL taken, but each wake-up costs a core
 PYTHON_POLL_S = 0.001  # the Python poller's: it takes the GIL every time
 HOOK_ID = 0x_C4  # the id our hooks are registered under on every process group
 
@@ -220,6 +223,13 @@ class TorchInstrumentation:
         self._blind.append(blind)
         with_future: set[Any] = set()  # op kinds whose Works have a future on this group
 
+        def blind_end(work: Any, record: list[object]) -> None:
+            """A Work without a future (gloo's reduce_scatter), which does not say it
+            completed before ``wait()`` either: polled, and its end bounded by the rank's
+            next operation on this group."""
+            unfinished.append((work, record))
+            blind.append(record)
+
         def pre(args: Any) -> None:
             try:
                 op = ops.get(args.name)
@@ -251,25 +261,27 @@ class TorchInstrumentation:
                 if work is None:  # c10d gives none for an operation it completed in the call
                     record[END] = clock()
                     return
-                if stamp is not None and watch is not None:  # the end comes from C++
-                    slot = -1 if polls else stamp(work)
-                    if slot < 0:  # polled, or a Work without a future
-                        slot = watch(work)
-                    stamped.append((record, slot, work))
-                    return
-                if polls and args.name in with_future:
-                    polled.append((work, record))  # the common case: one append
-                    return
-                try:
-                    future = work.get_future()
-                except RuntimeError:  # this Work has no future: poll it, bound its end
-                    unfinished.append((work, record))
-                    blind.append(record)
-                    return
-                if polls:
+                if polls and args.name not in with_future:  # once per op kind and group
+                    try:
+                        work.get_future()
+                    except RuntimeError:
+                        blind_end(work, record)
+                        return
                     with_future.add(args.name)
-                    polled.append((work, record))
+                if stamp is not None and watch is not None:  # the end comes from C++
+                    slot = watch(work) if polls else stamp(work)
+                    if slot >= 0:
+                        stamped.append((record, slot, work))
+                    else:
+                        blind_end(work, record)
+                elif polls:
+                    polled.append((work, record))  # the common case: one append
                 else:
+                    try:
+                        future = work.get_future()
+                    except RuntimeError:
+                        blind_end(work, record)
+                        return
                     future.add_done_callback(functools.partial(_finished, record))
             except Exception:  # noqa: BLE001 -- a hook must never break the training step
                 self.hook_errors += 1
@@ -429,7 +441,7 @@ def instrument(
     exact for gloo), ``poll`` (``Work.is_completed()``, asked every ``poll_s``; NCCL needs
     it: its future completes at enqueue), ``auto`` (future for gloo, poll for every other
     backend). ``native``: take end times in C++ (`producers.torch_ends`, built on first use:
-    no GIL taken, nothing run on the backend's thread, polled every 200 µs) or in Python (a
+    no GIL taken, nothing run on the backend's thread, polled every 500 µs) or in Python (a
     future callback that takes the GIL in the path ``wait()`` waits on; a poller thread
     every 1 ms). ``None``: C++ where the helper can be built, else Python, saying why once.
     """

@@ -185,7 +185,9 @@ def test_slowed_rank_of_a_real_gloo_job_is_the_late_enterer(
     collectives = 4 * ITERATIONS + 1  # four per step, then the barrier
     for per_rank in world:
         assert sorted(per_rank) == list(range(collectives))
-        assert all(end is not None for _, _, _, end in per_rank.values())
+        assert all(end is not None for _, _, _, end in per_rank.values()), [
+            (seq, v) for seq, v in per_rank.items() if v[3] is None
+        ]
     for seq in range(collectives):
         assert len({per_rank[seq][0] for per_rank in world}) == 1  # the same op on every rank
         assert len({per_rank[seq][1] for per_rank in world}) == 1  # and the same bytes
@@ -216,7 +218,7 @@ def test_slowed_rank_of_a_real_gloo_job_is_the_late_enterer(
         durations = [_duration(per_rank[seq]) for per_rank in world]
         shortest[durations.index(min(durations))] += 1
     # Ends polled in Python are late by up to its poll period (1 ms): less clean than exact
-    # ones and those the C++ poller takes every 200 µs.
+    # ones and those the C++ poller takes every 500 µs.
     clean = 0.85 if native == "python" else 0.95
     assert shortest[SLOW_RANK] >= clean * len(timed), shortest
 
