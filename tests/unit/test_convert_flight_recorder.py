@@ -187,6 +187,15 @@ def test_garbage_and_wrong_shapes_are_one_line_errors() -> None:
         load_dump(pickle.dumps([1, 2, 3]), "trace_3")
 
 
+def test_a_bytearray_longer_than_the_pickle_is_refused_before_it_is_allocated() -> None:
+    # BYTEARRAY8 claiming 11 GB in a 15-byte pickle (pickle's own loader allocates first).
+    claim = b"\x80\x05" + pickle.BYTEARRAY8 + (11_015_619_712).to_bytes(8, "little") + b"abc."
+    with pytest.raises(FlightRecorderError, match="11015619712-byte bytearray in a 15-byte"):
+        load_dump(claim, "trace_3")
+    honest = pickle.dumps({"entries": [bytearray(b"abc")]}, protocol=5)
+    assert load_dump(honest, "trace_3") == {"entries": [bytearray(b"abc")]}
+
+
 @pytest.mark.parametrize(
     ("profiling_name", "expected"),
     [
