@@ -224,7 +224,6 @@ std::vector<int64_t> ends_of(const std::vector<int64_t>& slots) {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.attr("CELLS") = kCells;
   module.def("stamp_on_end", &stamp_on_end, "The slot the Work's end time goes to (-1: no future)");
   module.def("poll_on_end", &poll_on_end, "The slot the polled Work's end time goes to");
   module.def("set_poll_period_us", &set_poll_period_us, "How often the poller asks its Works");

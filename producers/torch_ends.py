@@ -13,7 +13,7 @@ The helper is compiled on first use with ``torch.utils.cpp_extension`` (g++ and 
 15 s) and cached under ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``); the
 ranks of one node share one build. ``python -m producers.torch_ends`` builds it ahead of time,
 for instance in a node image. Where it cannot be built the instrumentation says why, once,
-and polls instead.
+and takes end times in Python instead.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ class EndStamper:
     poll_on_end: Callable[[Any], int]  # Work -> slot its end goes to once polled completed
     set_poll_period_us: Callable[[int], None]
     ends_of: Callable[[Sequence[int]], list[int]]  # per slot: end ns, 0 running, -1 reused
-    cells: int
 
 
 _LOADED: dict[str, EndStamper] = {}
@@ -78,7 +77,6 @@ def load_stamper() -> EndStamper:
             module.poll_on_end,
             module.set_poll_period_us,
             module.ends_of,
-            int(module.CELLS),
         )
         atexit.register(module.stop_polling)  # no thread asking Works while torch shuts down
         _LOADED["stamper"] = stamper

@@ -58,7 +58,7 @@ def _run_worker(
         "PYTHONWARNINGS": "ignore",
         **env,
     }
-    return subprocess.run(  # noqa: S603 -- this interpreter, our worker script
+    return subprocess.run(
         [sys.executable, "-c", WORKER, completion, native, str(folder)],
         env=environment,
         cwd=ROOT,
@@ -157,7 +157,6 @@ def test_stamped_ends_are_read_and_a_reused_cell_falls_back_to_the_work() -> Non
         poll_on_end=lambda work: -1,
         set_poll_period_us=lambda period: None,
         ends_of=lambda slots: [cells[s] for s in slots],
-        cells=4,
     )
     log = instrumentation.recorder.comm("0", 2, 0, 0)
     records = [log.enter("allreduce", 8, 1_700_000_000_000_000_000 + i) for i in range(4)]
