@@ -7,8 +7,10 @@
    second (its own thread and librdkafka's), and the batching CPU per training process.
 2. Training-thread overhead: a one-process gloo group; batches of small allreduces with and
    without the instrumentation's hooks, interleaved; the median difference is what the
-   hooks add to the training thread, for each way of taking end times, in wall time and in
-   the training thread's CPU time, and how exact each way's end times are.
+   hooks add to the training thread, for the C++ hooks and the Python fallback and each
+   way of taking end times, in wall time and in the training thread's CPU time, and how
+   exact each way's end times are. A Python pre-hook that only records the enter is timed
+   too, as the floor of any hook written in Python.
 
     python bench/bench_agent.py [--seconds 5] [--repeats 3] [--ops 2000] [--pairs 41]
 """
@@ -161,11 +163,12 @@ def per_op():  # (wall µs, training-thread CPU µs) per allreduce
 def end_error(instrumentation, received):
     # µs from the recorded end to the moment the call returned (> 0: stamped before it)
     log = instrumentation.recorder.comm(str(group.group_name), 1, 0, 0)
+    instrumentation.flush()  # the C++ hooks' records get their seq when drained
+    first = log.seq
     returned = {}
-    for _ in range(300):
-        seq = log.seq
+    for index in range(300):
         dist.all_reduce(tensor)
-        returned[seq] = time.time_ns()
+        returned[first + index] = time.time_ns()
         time.sleep(0.0005)
     instrumentation.flush()
     ends = {}
@@ -178,7 +181,7 @@ def end_error(instrumentation, received):
 for _ in range(2000):
     dist.all_reduce(tensor)  # warm up
 def compare(completion, native):
-    # Medians over interleaved triples: plain, enter record only, hooked.
+    # Medians over interleaved triples: plain, a Python enter record only, hooked.
     received = []
     instrumentation = instrument("bench", received.extend, interval_s=0.5,
                                  completion=completion, native=native == "c++")
@@ -210,10 +213,10 @@ dist.destroy_process_group()
 """
 
 MODES = (  # completion/native: what the instrumentation does
-    ("future/c++", "C++ future callback (gloo's default)"),
-    ("poll/c++", "C++ poller thread (NCCL's default)"),
-    ("future/python", "Python future callback"),
-    ("poll/python", "Python poller thread"),
+    ("future/c++", "C++ hooks, future callback (gloo)"),
+    ("poll/c++", "C++ hooks, poller thread (NCCL)"),
+    ("future/python", "Python hooks, future callback"),
+    ("poll/python", "Python hooks, poller thread"),
 )
 
 
@@ -280,9 +283,9 @@ def main() -> int:
         ops = args.ops * (5 if backend == "fake" else 1)
         lines += [
             "",
-            f"torch hooks, {title}; {args.pairs} interleaved triples (plain, enter only,"
-            f" hooked) of {ops} ops per way; medians",
-            f"{'end times by':<40}{'plain':>7}{'added':>7}{'IQR':>12}{'enter':>7}{'CPU+':>7}"
+            f"torch hooks, {title}; {args.pairs} interleaved triples (plain, Python enter"
+            f" only, hooked) of {ops} ops per way; medians",
+            f"{'hooks, end times by':<40}{'plain':>7}{'added':>7}{'IQR':>12}{'py pre':>7}{'CPU+':>7}"
             f"{'end p50':>9}{'end p5':>8}{'target':>8}{'':>7}",
         ]
         for mode, label in MODES:
@@ -297,7 +300,8 @@ def main() -> int:
         "",
         "µs per op, every process pinned to one core: plain allreduce; added wall time with the",
         "hooks (enter + end), the target's measure, and its interquartile range over the rounds;",
-        "added by the enter record alone; added training-thread CPU with the hooks; end p50/p5:",
+        "added by a Python pre-hook recording the enter alone; added training-thread CPU with",
+        "the hooks; end p50/p5:",
         "how long before the call returned the recorded end lies (< 0: after it)",
         f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores",
     ]

@@ -3,19 +3,19 @@
     from producers.torch_hooks import instrument, folder_sink
     instrument("job-42", sink=folder_sink("/run/c4/torch", "job-42.rank3"))
 
-Hooks are registered on every process group (``ProcessGroup.register_pre_hook`` /
-``register_post_hook``, run by c10d itself, so operations issued from C++ such as DDP's
-gradient buckets are seen too), on those that exist and on every one created later. On the
-training thread the pre-hook records the op, its bytes and the enter time; the post-hook
-hands the Work to whatever takes its end time. For gloo that is a callback on the Work's
-future (exact); for NCCL and other backends, whose future completes when the kernel is
-enqueued, a thread that polls ``Work.is_completed()`` (the CUDA events). Both run in C++
-(`producers.torch_ends`: no GIL taken, no Python on the backend's thread, polled every
-500 µs); where that helper cannot be built, in Python (the callback then takes the GIL in
-the path ``wait()`` waits on; the poller asks every millisecond). A Work without a future
-(gloo's reduce_scatter) is polled too and at the latest taken as finished when the rank
-enters its next operation on that group: an upper bound of its end, the only one such a
-Work gives (it does not say it completed before ``wait()`` is called). A background
+Hooks are registered on every process group (c10d's pre/post hooks, run by c10d itself,
+so operations issued from C++ such as DDP's gradient buckets are seen too), on those that
+exist and on every one created later. On the training thread the pre-hook records the op,
+its bytes and the enter time; the post-hook hands the Work to whatever takes its end time.
+For gloo that is a callback on the Work's future (exact); for NCCL and other backends,
+whose future completes when the kernel is enqueued, a thread that polls
+``Work.is_completed()`` (the CUDA events). The hooks and both ways run in C++
+(`producers.torch_taps`: no GIL taken, no Python run on any call, polled every 500 µs);
+where that helper cannot be built, in Python (each hook then takes the GIL back from c10d,
+the callback takes it in the path ``wait()`` waits on, the poller asks every millisecond).
+A Work without a future (gloo's reduce_scatter) is taken as finished at the latest when
+the rank enters its next operation on that group: an upper bound of its end, the only one
+such a Work gives (it does not say it completed before ``wait()`` is called). A background
 thread turns the records into one v1 message per communicator per interval and hands the
 batch to the sink.
 
@@ -36,20 +36,21 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from producers import ProducerError
 from producers.handoff import FolderSink
 from producers.oplog import END, CommLog, OpRecorder
-from producers.torch_ends import EndStamper, StamperUnavailable, load_stamper
+from producers.torch_taps import NativeHooks, NativeUnavailable, Tap, load_native
 from schemas.base import C4Model
 from schemas.messages import Collective, OpName
 
 Sink = Callable[[list[Collective]], None]
 Completion = Literal["auto", "future", "poll"]
 EndSignal = Literal["future", "poll"]  # what tells one process group's operations ended
-NATIVE_POLL_S = 0.0005  # the C++ poller's period: no GIL taken, but each wake-up costs a core
+NATIVE_POLL_S = 0.0005  # the C++ poller's period: no GIL taken, but each wake-up costs CPU
 PYTHON_POLL_S = 0.001  # the Python poller's: it takes the GIL every time
 HOOK_ID = 0x_C4  # the id our hooks are registered under on every process group
 
@@ -85,6 +86,20 @@ def folder_sink(folder: str | Path, name: str) -> Callable[[Iterable[C4Model]], 
 
 def _finished(record: list[object], _future: object) -> None:
     record[END] = time.time_ns()
+
+
+@dataclass(slots=True)
+class _Tapped:
+    """A process group recorded by C++ hooks, and its records still waiting for an end."""
+
+    tap: Tap
+    name: str
+    log: CommLog
+    members: list[int]
+    me: int
+    pairs: dict[int, CommLog] = field(default_factory=dict)
+    running: dict[int, list[object]] = field(default_factory=dict)  # tap id -> record
+    errors: int = 0
 
 
 class TorchInstrumentation:
@@ -123,6 +138,8 @@ class TorchInstrumentation:
             for name, op in HOOK_OPS.items()
             if hasattr(c10d_hook_names(), name)
         }
+        self._op_codes: dict[int, OpName] = {int(name): op for name, op in self._ops.items()}
+        self._taps: list[_Tapped] = []
         self._attached: dict[str, Any] = {}
         self._unfinished: list[tuple[Any, list[object]]] = []  # Works without a future
         self._lock = threading.Lock()
@@ -136,20 +153,19 @@ class TorchInstrumentation:
         self.completion = completion
         self._polled: deque[tuple[Any, list[object]]] = deque()  # Works the poller watches
         self._poller = threading.Thread(target=self._poll_loop, name="c4-completion", daemon=True)
-        self._stamped: deque[tuple[list[object], int, Any]] = deque()  # (record, slot, Work)
-        self.stamper: EndStamper | None = None
-        self.stamper_problem: str | None = None  # why the ends are taken in Python
+        self.native: NativeHooks | None = None
+        self.native_problem: str | None = None  # why the hooks run in Python
         if native is not False:
             try:
-                self.stamper = load_stamper()
-            except StamperUnavailable as error:
+                self.native = load_native()
+            except NativeUnavailable as error:
                 if native:
                     raise InstrumentationError(str(error)) from error
-                self.stamper_problem = str(error)
-                print(f"c4 instrumentation: {error}; end times taken in Python", file=sys.stderr)
-        self.poll_s = poll_s or (NATIVE_POLL_S if self.stamper else PYTHON_POLL_S)
-        if self.stamper is not None:
-            self.stamper.set_poll_period_us(max(1, round(self.poll_s * 1e6)))
+                self.native_problem = str(error)
+                print(f"c4 instrumentation: {error}; recording in Python", file=sys.stderr)
+        self.poll_s = poll_s or (NATIVE_POLL_S if self.native else PYTHON_POLL_S)
+        if self.native is not None:
+            self.native.set_poll_period_us(max(1, round(self.poll_s * 1e6)))
 
     def start(self) -> TorchInstrumentation:
         """Hook every existing process group and every later one; start batching."""
@@ -177,7 +193,14 @@ class TorchInstrumentation:
             members = list(range(group.size()))
         me = members[group.rank()]
         log = self.recorder.comm(name, group.size(), group.rank(), me)
-        pre, post = self._hooks(name, log, members, me, self._end_signal(group))
+        signal = self._end_signal(group)
+        if self.native is not None:
+            codes = sorted(self._op_codes)
+            tap = self.native.tap_group(group, HOOK_ID, codes, signal == "poll")
+            with self._lock:
+                self._taps.append(_Tapped(tap, name, log, members, me))
+            return
+        pre, post = self._hooks(name, log, members, me, signal)
         group.register_pre_hook(HOOK_ID, pre)
         group.register_post_hook(HOOK_ID, post)
 
@@ -212,12 +235,9 @@ class TorchInstrumentation:
         pending: dict[int, list[object]] = {}
         pairs: dict[int, CommLog] = {}
         unfinished = self._unfinished
-        polled, stamped = self._polled, self._stamped
+        polled = self._polled
         polls = signal == "poll"
-        stamper = self.stamper
-        stamp = None if stamper is None else stamper.stamp_on_end
-        watch = None if stamper is None else stamper.poll_on_end
-        if polls and stamper is None and not self._poller.is_alive() and not self._stop.is_set():
+        if polls and not self._poller.is_alive() and not self._stop.is_set():
             self._poller.start()
         blind: list[list[object]] = []  # records whose Work has no future (gloo reduce_scatter)
         self._blind.append(blind)
@@ -268,13 +288,7 @@ class TorchInstrumentation:
                         blind_end(work, record)
                         return
                     with_future.add(args.name)
-                if stamp is not None and watch is not None:  # the end comes from C++
-                    slot = watch(work) if polls else stamp(work)
-                    if slot >= 0:
-                        stamped.append((record, slot, work))
-                    else:
-                        blind_end(work, record)
-                elif polls:
+                if polls:
                     polled.append((work, record))  # the common case: one append
                 else:
                     try:
@@ -310,20 +324,31 @@ class TorchInstrumentation:
                     polled.append((work, record))
             time.sleep(self.poll_s)
 
-    def _resolve_stamped(self) -> None:
-        """Write the end times the C++ callbacks took into their records."""
-        stamped, stamper = self._stamped, self.stamper
-        if not stamped or stamper is None:
-            return
-        batch = [stamped.popleft() for _ in range(len(stamped))]
-        ends = stamper.ends_of([slot for _, slot, _ in batch])
-        for (record, slot, work), end in zip(batch, ends, strict=True):
-            if end > 0:
-                record[END] = end
-            elif end < 0:  # a later operation took the cell over: ask the Work instead
-                self._unfinished.append((work, record))
-            else:
-                stamped.append((record, slot, work))
+    def _drain_taps(self) -> None:
+        """Enter what the C++ hooks recorded, in the order entered (so ``seq`` follows it),
+        and write the ends that came since into the records still running."""
+        with self._lock:
+            taps = list(self._taps)
+        codes, recorder = self._op_codes, self.recorder
+        for tapped in taps:
+            entered, ended, tapped.errors = tapped.tap.drain()
+            running = tapped.running
+            for op_id, end in ended:
+                record = running.pop(op_id, None)
+                if record is not None:
+                    record[END] = end
+            for op_id, code, root, nbytes, enter, end in entered:
+                op = codes[code]
+                target = tapped.log
+                if op == "send" or op == "recv":
+                    peer = tapped.members[root]
+                    pairs = tapped.pairs
+                    target = pairs.get(peer) or _pair(recorder, pairs, tapped.name, tapped.me, peer)
+                record = target.enter(op, nbytes, enter)
+                if end:
+                    record[END] = end
+                else:
+                    running[op_id] = record
 
     def _poll_unfinished(self) -> None:
         still = []
@@ -338,7 +363,7 @@ class TorchInstrumentation:
     def flush(self) -> int:
         """Hand this interval's messages to the sink now; how many."""
         with self._flushing:  # the batching thread and a caller may flush at once
-            self._resolve_stamped()
+            self._drain_taps()
             self._poll_unfinished()
             messages = self.recorder.messages(time.time_ns())
             try:
@@ -347,10 +372,15 @@ class TorchInstrumentation:
                 self.sink_errors += 1
                 if self.sink_errors == 1:
                     print(f"c4 instrumentation: sink failed: {error}", file=sys.stderr)
-        if self.hook_errors and not self._hook_errors_reported:
+        errors = self.errors()
+        if errors and not self._hook_errors_reported:
             self._hook_errors_reported = True
-            print(f"c4 instrumentation: {self.hook_errors} hook errors", file=sys.stderr)
+            print(f"c4 instrumentation: {errors} hook errors", file=sys.stderr)
         return len(messages)
+
+    def errors(self) -> int:
+        """Hook calls that failed (each one an operation not recorded), Python and C++."""
+        return self.hook_errors + sum(tapped.errors for tapped in self._taps)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -368,13 +398,13 @@ class TorchInstrumentation:
             work, record = self._polled.popleft()
             if record[END] is None and work.is_completed():
                 record[END] = now
-        self._resolve_stamped()
-        while self._stamped:  # still running: the last flush polls them
-            record, _, work = self._stamped.popleft()
-            self._unfinished.append((work, record))
         if self.attach in _GROUP_WATCHERS:
             _GROUP_WATCHERS.remove(self.attach)
         now = time.time_ns()  # the training returned from every call: its operations ended
+        for tapped in self._taps:
+            tapped.tap.end_blind(now)
+        if self.native is not None:  # ends of what finished before now, not a period later
+            self.native.settle_polling(round(max(0.05, 4 * self.poll_s) * 1e6))
         for blind in self._blind:
             for record in blind:
                 if record[END] is None:
@@ -440,10 +470,11 @@ def instrument(
     ``completion``: what tells an operation ended: ``future`` (the Work's future completes:
     exact for gloo), ``poll`` (``Work.is_completed()``, asked every ``poll_s``; NCCL needs
     it: its future completes at enqueue), ``auto`` (future for gloo, poll for every other
-    backend). ``native``: take end times in C++ (`producers.torch_ends`, built on first use:
-    no GIL taken, nothing run on the backend's thread, polled every 500 µs) or in Python (a
-    future callback that takes the GIL in the path ``wait()`` waits on; a poller thread
-    every 1 ms). ``None``: C++ where the helper can be built, else Python, saying why once.
+    backend). ``native``: hooks and end times in C++ (`producers.torch_taps`, built on first
+    use: no GIL taken, no Python run per operation, polled every 500 µs) or in Python (hooks
+    that take the GIL back from c10d, a future callback that takes it in the path ``wait()``
+    waits on, a poller thread every 1 ms). ``None``: C++ where the helper can be built, else
+    Python, saying why once.
     """
     if gpu is None and os.environ.get("LOCAL_RANK", "").isdigit():
         gpu = int(os.environ["LOCAL_RANK"])

@@ -8,13 +8,11 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from producers.handoff import HandoffSource
-from producers.oplog import END
-from producers.torch_ends import EndStamper
+from producers.torch_taps import Entered
 from schemas.messages import Collective
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +38,7 @@ dist.barrier()
 instrumentation.close()
 dist.destroy_process_group()
 with open(os.path.join(folder, "returned.json"), "w") as out:
-    json.dump({"returned": returned, "problem": instrumentation.stamper_problem}, out)
+    json.dump({"returned": returned, "problem": instrumentation.native_problem}, out)
 """
 
 
@@ -64,7 +62,7 @@ def _run_worker(
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,  # the first run on a machine builds the C++ helper (about 15 s)
+        timeout=300,  # the first run on a machine builds the C++ hooks (about 15 s)
     )
 
 
@@ -113,16 +111,18 @@ def test_every_op_is_recorded_once_completed_with_heartbeats(
         assert times == sorted(times)
 
 
-def test_auto_polls_and_says_why_where_the_helper_cannot_be_built(tmp_path: Path) -> None:
+def test_auto_records_in_python_and_says_why_where_the_helper_cannot_be_built(
+    tmp_path: Path,
+) -> None:
     folder = tmp_path / "out"
     folder.mkdir()
     no_compiler = {"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "CXX": "/nonexistent/c++"}
     result = _run_worker(folder, "auto", "default", **no_compiler)
     assert result.returncode == 0, result.stderr[-2000:]
-    reason = [line for line in result.stderr.splitlines() if "end-time helper" in line]
-    assert len(reason) == 1 and reason[0].endswith("end times taken in Python"), result.stderr
+    reason = [line for line in result.stderr.splitlines() if "C++ hooks" in line]
+    assert len(reason) == 1 and reason[0].endswith("recording in Python"), result.stderr
     worker = json.loads((folder / "returned.json").read_text())
-    assert worker["problem"].startswith("cannot build the C++ end-time helper")
+    assert worker["problem"].startswith("cannot build the C++ hooks")
     reading = HandoffSource(folder).read(0)
     ops = [
         (enter, end)
@@ -135,41 +135,64 @@ def test_auto_polls_and_says_why_where_the_helper_cannot_be_built(tmp_path: Path
 
     asked = _run_worker(tmp_path / "out", "auto", "c++", **no_compiler)
     assert asked.returncode != 0
-    assert "InstrumentationError: cannot build the C++ end-time helper" in asked.stderr
+    assert "InstrumentationError: cannot build the C++ hooks" in asked.stderr
 
 
-class _Work:
-    def __init__(self, completed: bool) -> None:
-        self.completed = completed
-
-    def is_completed(self) -> bool:
-        return self.completed
+Drained = tuple[list[Entered], list[tuple[int, int]], int]
 
 
-def test_stamped_ends_are_read_and_a_reused_cell_falls_back_to_the_work() -> None:
-    from producers.torch_hooks import TorchInstrumentation
+class _FakeTap:
+    """What a C++ tap hands the batching thread: drains queued by the test."""
 
+    def __init__(self) -> None:
+        self.drains: list[Drained] = []
+        self.blind_ended_at: int | None = None
+
+    def drain(self) -> Drained:
+        return self.drains.pop(0) if self.drains else ([], [], 0)
+
+    def end_blind(self, now_ns: int) -> None:
+        self.blind_ended_at = now_ns
+
+
+def test_drained_ops_follow_the_order_entered_p2p_goes_to_the_pair_and_late_ends_land() -> None:
+    from torch._C import _distributed_c10d
+
+    from producers.torch_hooks import TorchInstrumentation, _Tapped
+
+    names = _distributed_c10d.HookOpName
+    allreduce, send, recv = int(names.ALLREDUCE), int(names.SEND), int(names.RECV)
     sent: list[Collective] = []
-    instrumentation = TorchInstrumentation("job-s", sent.extend, completion="poll", native=False)
-    cells = {0: 1_700_000_000_000_000_500, 1: 0, 2: -1, 3: -1}  # done, running, reused x2
-    instrumentation.stamper = EndStamper(
-        stamp_on_end=lambda work: -1,
-        poll_on_end=lambda work: -1,
-        set_poll_period_us=lambda period: None,
-        ends_of=lambda slots: [cells[s] for s in slots],
+    instrumentation = TorchInstrumentation("job-t", sent.extend, native=False)
+    tap = _FakeTap()
+    members = [0, 3, 5]  # global ranks of the group's ranks 0, 1, 2; this rank is 3
+    log = instrumentation.recorder.comm("7", 3, 1, 3)
+    instrumentation._taps.append(_Tapped(tap, "7", log, members, 3))
+    t = 1_700_000_000_000_000_000
+    tap.drains.append(
+        (
+            [  # (id, op, root = the peer's group rank, bytes, enter, end or 0 while running)
+                (0, allreduce, -1, 64, t, t + 10),
+                (1, send, 2, 8, t + 20, t + 25),
+                (2, allreduce, -1, 64, t + 30, 0),
+                (3, recv, 0, 8, t + 40, 0),
+                (4, send, 2, 8, t + 50, t + 55),
+            ],
+            [],
+            0,
+        )
     )
-    log = instrumentation.recorder.comm("0", 2, 0, 0)
-    records = [log.enter("allreduce", 8, 1_700_000_000_000_000_000 + i) for i in range(4)]
-    works: list[Any] = [_Work(False), _Work(False), _Work(True), _Work(False)]
-    instrumentation._stamped.extend((records[i], i, works[i]) for i in range(4))
+    tap.drains.append(([], [(2, t + 90), (3, t + 95), (99, t + 99)], 2))  # 99: not ours
     instrumentation.flush()
-    assert records[0][END] == 1_700_000_000_000_000_500  # the C++ callback's time
-    assert records[1][END] is None and len(instrumentation._stamped) == 1  # asked again later
-    assert records[2][END] is not None  # cell reused, the Work says it finished: bounded now
-    assert records[3][END] is None  # cell reused, the Work still runs: polled from now on
-    cells[1] = 1_700_000_000_000_000_900
-    works[3].completed = True
+    first = {message.comm: message.ops for message in sent}
+    assert first["7"].seq == (0, 1) and first["7"].end_ns == (t + 10, None)
+    assert first["7:p2p:3-5"].seq == (0, 1) and first["7:p2p:3-5"].end_ns == (t + 25, t + 55)
+    assert first["7:p2p:0-3"].op == ("recv",) and first["7:p2p:0-3"].end_ns == (None,)
+    assert {m.comm: (m.comm_size, m.rank) for m in sent}["7:p2p:0-3"] == (2, 1)
+    sent.clear()
     instrumentation.flush()
-    assert records[1][END] == 1_700_000_000_000_000_900 and records[3][END] is not None
-    assert not instrumentation._stamped and not instrumentation._unfinished
-    assert sent[-1].ops.end_ns[-2:] == (1_700_000_000_000_000_900, records[3][END])
+    later = {message.comm: message.ops for message in sent}
+    assert later["7"].seq == (1,) and later["7"].end_ns == (t + 90,)  # reported ended now
+    assert later["7:p2p:0-3"].end_ns == (t + 95,)
+    assert len(later["7:p2p:3-5"]) == 0  # a heartbeat
+    assert instrumentation.errors() == 2  # the C++ hooks' own count
