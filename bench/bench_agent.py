@@ -285,8 +285,8 @@ def main() -> int:
             "",
             f"torch hooks, {title}; {args.pairs} interleaved triples (plain, Python enter"
             f" only, hooked) of {ops} ops per way; medians",
-            f"{'hooks, end times by':<40}{'plain':>7}{'added':>7}{'IQR':>12}{'py pre':>7}{'CPU+':>7}"
-            f"{'end p50':>9}{'end p5':>8}{'target':>8}{'':>7}",
+            f"{'hooks, end times by':<40}{'plain':>7}{'added':>7}{'IQR':>12}{'py pre':>7}"
+            f"{'CPU+':>7}{'end p50':>9}{'end p5':>8}{'target':>8}{'':>7}",
         ]
         for mode, label in MODES:
             plain, added, enter, cpu_added, _, gap50, gap5, low, high = overheads[backend][mode]
