@@ -298,11 +298,11 @@ def main() -> int:
             )
     lines += [
         "",
-        "µs per op, every process pinned to one core: plain allreduce; added wall time with the",
-        "hooks (enter + end), the target's measure, and its interquartile range over the rounds;",
-        "added by a Python pre-hook recording the enter alone; added training-thread CPU with",
-        "the hooks; end p50/p5:",
-        "how long before the call returned the recorded end lies (< 0: after it)",
+        "µs per op, every process pinned to one core. plain: the allreduce alone; added: wall",
+        "time the hooks add (enter + end), the target's measure, IQR its interquartile range",
+        "over the rounds; py pre: added by a Python pre-hook recording the enter alone; CPU+:",
+        "training-thread CPU the hooks add; end p50/p5: how long before the call returned the",
+        "recorded end lies (< 0: after it)",
         f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores",
     ]
     table = "\n".join(lines)

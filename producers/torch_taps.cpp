@@ -194,6 +194,10 @@ void stop_polling() {
 
 enum class FutureKind : uint8_t { kUnknown, kHas, kNone };
 
+// Operations between their pre- and post-hook at once: one per thread issuing operations on
+// the group; more are left by operations that threw after their pre-hook.
+constexpr size_t kMaxPending = 64;
+
 // The hooks of one process group and what they recorded since the last drain.
 class Tap {
  public:
@@ -225,6 +229,9 @@ class Tap {
       }
       blind_.clear();
       entered_.emplace_back(next_id_++, op);
+      if (pending_.size() >= kMaxPending) {  // an operation that threw before its post-hook
+        pending_.erase(pending_.begin());   // stays in flight; its entry is not kept forever
+      }
       pending_.emplace_back(args.op_id, std::move(op));
     } catch (...) {
       errors_.fetch_add(1, std::memory_order_relaxed);

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from producers import ProducerError
 
 SOURCE = __file__.removesuffix(".py") + ".cpp"
-MODULE_NAME = "c4_torch_taps_v2"  # a new name for a changed interface; a changed source rebuilds
+MODULE_NAME = "c4_torch_taps_v1"  # a new name for a changed interface; a changed source rebuilds
 
 # One operation a tap drained: (id, c10d HookOpName value, root, bytes, enter_ns, end_ns or 0)
 Entered = tuple[int, int, int, int, int, int]
