@@ -338,12 +338,20 @@ class TorchInstrumentation:
                 if record is not None:
                     record[END] = end
             for op_id, code, root, nbytes, enter, end in entered:
-                op = codes[code]
+                op = codes.get(code)
                 target = tapped.log
                 if op == "send" or op == "recv":
-                    peer = tapped.members[root]
-                    pairs = tapped.pairs
-                    target = pairs.get(peer) or _pair(recorder, pairs, tapped.name, tapped.me, peer)
+                    if not 0 <= root < len(tapped.members):
+                        op = None  # a peer outside the group: c10d would have refused it
+                    else:
+                        peer = tapped.members[root]
+                        pairs = tapped.pairs
+                        target = pairs.get(peer) or _pair(
+                            recorder, pairs, tapped.name, tapped.me, peer
+                        )
+                if op is None:
+                    self.hook_errors += 1  # counted like a failed hook: not recorded
+                    continue
                 record = target.enter(op, nbytes, enter)
                 if end:
                     record[END] = end

@@ -177,6 +177,8 @@ def test_drained_ops_follow_the_order_entered_p2p_goes_to_the_pair_and_late_ends
                 (2, allreduce, -1, 64, t + 30, 0),
                 (3, recv, 0, 8, t + 40, 0),
                 (4, send, 2, 8, t + 50, t + 55),
+                (5, send, 9, 8, t + 60, t + 65),  # no such peer: counted, not recorded
+                (6, 255, -1, 8, t + 70, t + 75),  # no such op: counted, not recorded
             ],
             [],
             0,
@@ -195,4 +197,4 @@ def test_drained_ops_follow_the_order_entered_p2p_goes_to_the_pair_and_late_ends
     assert later["7"].seq == (1,) and later["7"].end_ns == (t + 90,)  # reported ended now
     assert later["7:p2p:0-3"].end_ns == (t + 95,)
     assert len(later["7:p2p:3-5"]) == 0  # a heartbeat
-    assert instrumentation.errors() == 2  # the C++ hooks' own count
+    assert instrumentation.errors() == 2 + 2  # the C++ hooks' own count and the two above
