@@ -146,13 +146,12 @@ class _FakeTap:
 
     def __init__(self) -> None:
         self.drains: list[Drained] = []
-        self.blind_ended_at: int | None = None
 
     def drain(self) -> Drained:
         return self.drains.pop(0) if self.drains else ([], [], 0)
 
     def end_blind(self, now_ns: int) -> None:
-        self.blind_ended_at = now_ns
+        """Only called at close, which this test does not reach."""
 
 
 def test_drained_ops_follow_the_order_entered_p2p_goes_to_the_pair_and_late_ends_land() -> None:
