@@ -165,7 +165,7 @@ class NodeAgent:
                 # New this interval, or reported in flight before and completed now.
                 seqs.append(run.seq)
                 names.append(run.op)
-                sizes.append(run.nbytes)
+                sizes.append(run.nbytes if run.member_bytes is None else run.member_bytes[idx])
                 enters.append(enter)
                 ends.append(end if finished else None)
             if not finished:
@@ -336,14 +336,16 @@ def build_agents(cluster: Cluster, scenario: Scenario, runs: list[JobRun]) -> li
 
 
 def _add_members(agent: NodeAgent, run: JobRun, first: int, used: int) -> None:
-    for rank in range(first, first + used):
-        for comm in run.job.comms:
-            if comm.kind == "tp" and rank not in comm.members:
+    on_node = range(first, first + used)
+    for comm in run.job.comms:
+        for index, rank in enumerate(comm.members):
+            if rank not in on_node:
                 continue
-            index = rank if comm.kind == "dp" else comm.members.index(rank)
             port = agent.ports[local_port(rank % GPUS_PER_NODE)] if comm.ring else None
             member = _Member(run.job.spec.id, comm, run.runs[comm.id], index, rank, port)
             agent.members.append(member)
+    # Each rank's reports in a fixed order: by rank, then communicator.
+    agent.members.sort(key=lambda member: member.rank)
 
 
 def _apply_faults(cluster: Cluster, scenario: Scenario, agents: dict[str, NodeAgent]) -> None:

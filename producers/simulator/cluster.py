@@ -16,6 +16,8 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from producers.simulator.layout import GPUS_PER_NODE as GPUS_PER_NODE
+from producers.simulator.layout import Group, groups
 from producers.simulator.scenario import (
     FabricLinkDegraded,
     FabricLinkDown,
@@ -32,7 +34,6 @@ from topology.ecmp import SPORT_MAX, SPORT_MIN, Crc32Hash, Ecmp
 from topology.generate import Shape, generate
 from topology.model import Fabric
 
-GPUS_PER_NODE = 8
 NVLINK_GBPS = 2400.0  # ~300 GB/s per direction: tensor-parallel rings stay inside a node
 _NODE_NUMBER = re.compile(r"^node-(\d+)$")
 
@@ -57,9 +58,10 @@ class Comm:
 
     id: str
     name: str
-    kind: str  # "dp" or "tp"
+    kind: str  # "dp", "tp", "ep" or "pp" (a point-to-point pair of neighbouring stages)
     members: tuple[int, ...]
-    ring: tuple[Conn, ...] | None  # None: NVLink inside one node, no NIC port involved
+    # None: NVLink inside one node, no NIC port involved. A pair's ring is its two directions.
+    ring: tuple[Conn, ...] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +138,7 @@ def build_cluster(topology: Topology | None, scenario: Scenario) -> Cluster:
     nodes = {node.id: node for node in topology.nodes}
     placements = _place(scenario, topology, nodes)
     rings = {
-        spec.id: _ring_ends(spec, job_nodes)
+        spec.id: _rings(spec, job_nodes)
         for spec, job_nodes in zip(scenario.jobs, placements, strict=True)
     }
     routes, shares = _routes(fabric, rings)
@@ -243,7 +245,7 @@ def _place(
 
 @dataclass(frozen=True, slots=True)
 class _Ends:
-    """Where ring connection ``src -> dst`` of a job starts and ends."""
+    """Where ring connection ``src -> dst`` of a communicator starts and ends."""
 
     src: int
     src_port: str
@@ -252,72 +254,107 @@ class _Ends:
     sport: int
 
 
-def _ring_ends(spec: JobSpec, nodes: tuple[str, ...]) -> list[_Ends]:
-    n = spec.ranks
-    ends = []
-    for k in range(n):
-        nxt = (k + 1) % n
-        src = f"{nodes[k // GPUS_PER_NODE]}/{local_port(k % GPUS_PER_NODE)}"
-        dst = f"{nodes[nxt // GPUS_PER_NODE]}/{local_port(nxt % GPUS_PER_NODE)}"
-        # The RDMA stack picks a source port per queue pair: a stable hash stands in for it.
-        sport = SPORT_MIN + zlib.crc32(f"{spec.id}/dp/{k}".encode()) % (SPORT_MAX - SPORT_MIN + 1)
-        ends.append(_Ends(k, src, nxt, dst, sport))
-    return ends
+@dataclass(frozen=True, slots=True)
+class _Ring:
+    """A communicator that crosses NIC ports, before routing: its group and ring ends."""
+
+    group: Group
+    ends: tuple[_Ends, ...]
+
+
+def _rings(spec: JobSpec, nodes: tuple[str, ...]) -> dict[str, _Ring | None]:
+    """Per group name, its ring over the members' NIC ports (None: inside one node)."""
+    found: dict[str, _Ring | None] = {}
+    for group in groups(spec):
+        members = group.members
+        # NVLink inside one node, no NIC port involved; a plain job's data-parallel ring
+        # always goes over the ports (one of a single node too, as the suite has it).
+        inside = len({m // GPUS_PER_NODE for m in members}) < 2
+        if group.kind == "tp" or (inside and spec.parallel is not None):
+            found[group.name] = None
+            continue
+        n = len(members)
+        ends = []
+        for k in range(n):
+            nxt = (k + 1) % n
+            a, b = members[k], members[nxt]
+            src = f"{nodes[a // GPUS_PER_NODE]}/{local_port(a % GPUS_PER_NODE)}"
+            dst = f"{nodes[b // GPUS_PER_NODE]}/{local_port(b % GPUS_PER_NODE)}"
+            # The RDMA stack picks a source port per queue pair: a stable hash stands in.
+            key = f"{spec.id}/{group.name}/{k}".encode()
+            sport = SPORT_MIN + zlib.crc32(key) % (SPORT_MAX - SPORT_MIN + 1)
+            ends.append(_Ends(k, src, nxt, dst, sport))
+        found[group.name] = _Ring(group, tuple(ends))
+    return found
 
 
 Route = tuple[str | None, tuple[tuple[str, int], ...]]  # spine, (fabric link, direction)
+RouteKey = tuple[str, str, int]  # job, group name, ring connection
 
 
 def _routes(
-    fabric: Fabric, rings: dict[str, list[_Ends]]
-) -> tuple[dict[tuple[str, int], Route], Counter[tuple[str, int]]]:
-    """The path of every ring connection, and how many connections share each directed link."""
+    fabric: Fabric, rings: dict[str, dict[str, _Ring | None]]
+) -> tuple[dict[RouteKey, Route], Counter[tuple[str, str, int]]]:
+    """The path of every ring connection, and how many connections of one kind (those that
+    carry traffic at the same time) share each directed link."""
     ecmp = Ecmp(fabric, Crc32Hash())
-    routes: dict[tuple[str, int], Route] = {}
-    shares: Counter[tuple[str, int]] = Counter()
-    for job, ends in rings.items():
-        for end in ends:
-            a, b = fabric.index_of(end.src_port), fabric.index_of(end.dst_port)
-            leaf_a, leaf_b = fabric.port_leaf[a], fabric.port_leaf[b]
-            if leaf_a == leaf_b:
-                routes[(job, end.src)] = (None, ())
+    routes: dict[RouteKey, Route] = {}
+    shares: Counter[tuple[str, str, int]] = Counter()
+    for job, job_rings in rings.items():
+        for name, ring in job_rings.items():
+            if ring is None:
                 continue
-            spine = ecmp.choose(a, b, end.sport)
-            if spine < 0:
-                message = f"job {job}: {fabric.unreachable(a, b)}"
-                raise ScenarioError(message)
-            up = fabric.link_ids[fabric.uplinks[leaf_a][spine]]
-            down = fabric.link_ids[fabric.uplinks[leaf_b][spine]]
-            hops = ((up, 0), (down, 1))
-            routes[(job, end.src)] = (fabric.spines[spine], hops)
-            shares.update(hops)
+            for end in ring.ends:
+                a, b = fabric.index_of(end.src_port), fabric.index_of(end.dst_port)
+                leaf_a, leaf_b = fabric.port_leaf[a], fabric.port_leaf[b]
+                if leaf_a == leaf_b:
+                    routes[(job, name, end.src)] = (None, ())
+                    continue
+                spine = ecmp.choose(a, b, end.sport)
+                if spine < 0:
+                    message = f"job {job}: {fabric.unreachable(a, b)}"
+                    raise ScenarioError(message)
+                up = fabric.link_ids[fabric.uplinks[leaf_a][spine]]
+                down = fabric.link_ids[fabric.uplinks[leaf_b][spine]]
+                hops = ((up, 0), (down, 1))
+                routes[(job, name, end.src)] = (fabric.spines[spine], hops)
+                shares.update((ring.group.kind, link, d) for link, d in hops)
     return routes, shares
 
 
 def _job(
     spec: JobSpec,
     nodes: tuple[str, ...],
-    ends: list[_Ends],
-    routes: Mapping[tuple[str, int], Route],
-    shares: Counter[tuple[str, int]],
+    rings: dict[str, _Ring | None],
+    routes: Mapping[RouteKey, Route],
+    shares: Counter[tuple[str, str, int]],
     speeds: Mapping[str, float],
 ) -> PlacedJob:
-    ring = []
-    for end in ends:
-        via, hops = routes[(spec.id, end.src)]
-        gbps = min(speeds[end.src_port], speeds[end.dst_port])
-        for link, direction in hops:
-            # Flows that share a directed link share its capacity (ECMP collisions cost this).
-            gbps = min(gbps, speeds[link] / shares[(link, direction)])
-        links = tuple(link for link, _ in hops)
-        conn = Conn(end.src, end.dst, end.src_port, end.dst_port, via, links, gbps, end.sport)
-        ring.append(conn)
-    comms = [Comm(comm_id(spec.id, "dp"), "dp", "dp", tuple(range(spec.ranks)), tuple(ring))]
-    if "tp" in spec.comms:
-        for group in range(spec.ranks // GPUS_PER_NODE):
-            name = f"tp{group}"
-            members = tuple(range(group * GPUS_PER_NODE, (group + 1) * GPUS_PER_NODE))
-            comms.append(Comm(comm_id(spec.id, name), name, "tp", members, None))
+    comms = []
+    parents: dict[str, str] = {}
+    for group in groups(spec):
+        if group.parent is not None:
+            parent = parents.setdefault(group.parent, comm_id(spec.id, group.parent))
+            lo, hi = sorted(group.members)
+            ident = f"{parent}:p2p:{lo}-{hi}"
+        else:
+            ident = comm_id(spec.id, group.name)
+        ring = rings[group.name]
+        conns = None
+        if ring is not None:
+            conns = []
+            for end in ring.ends:
+                via, hops = routes[(spec.id, group.name, end.src)]
+                gbps = min(speeds[end.src_port], speeds[end.dst_port])
+                for link, direction in hops:
+                    # Flows that share a directed link share its capacity (ECMP collisions).
+                    gbps = min(gbps, speeds[link] / shares[(group.kind, link, direction)])
+                links = tuple(link for link, _ in hops)
+                conns.append(
+                    Conn(end.src, end.dst, end.src_port, end.dst_port, via, links, gbps, end.sport)
+                )
+        ring_conns = None if conns is None else tuple(conns)
+        comms.append(Comm(ident, group.name, group.kind, group.members, ring_conns))
     return PlacedJob(spec, nodes, tuple(comms))
 
 

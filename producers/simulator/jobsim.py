@@ -53,6 +53,8 @@ class OpRun:
     conn_bytes: int  # what each ring connection carried (0 inside a node)
     busy: list[int] | None  # per ring connection k -> k+1: time with data in flight
     stall: Breakage | None = None  # why a hung operation hangs, when a fault broke the comm
+    # Per member, when members move different bytes (an all-to-all's uneven token split).
+    member_bytes: list[int] | None = None
 
 
 @dataclass(slots=True)

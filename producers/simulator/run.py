@@ -8,6 +8,7 @@ from producers.simulator.agents import NodeAgent, build_agents
 from producers.simulator.cluster import GPUS_PER_NODE, Cluster, PlacedJob, build_cluster
 from producers.simulator.effects import job_effects
 from producers.simulator.jobsim import simulate_job
+from producers.simulator.pipeline import simulate_parallel_job
 from producers.simulator.scenario import Scenario
 from schemas.base import C4Model
 from schemas.files import Topology
@@ -26,7 +27,10 @@ def simulate(topology: Topology | None, scenario: Scenario) -> Iterator[C4Model]
 def simulate_cluster(cluster: Cluster, scenario: Scenario) -> Iterator[C4Model]:
     """The messages of a run on an already placed cluster."""
     runs = [
-        simulate_job(job, job_effects(cluster, scenario, job), scenario) for job in cluster.jobs
+        (simulate_parallel_job if job.spec.parallel is not None else simulate_job)(
+            job, job_effects(cluster, scenario, job), scenario
+        )
+        for job in cluster.jobs
     ]
     agents = build_agents(cluster, scenario, runs)
     return _merged(cluster, scenario, agents)

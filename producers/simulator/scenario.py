@@ -30,6 +30,55 @@ class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class Parallel(_Strict):
+    """A Megatron-style 3D-parallel (and MoE) layout: ranks = tp x pp x dp.
+
+    Global rank order is tp fastest, then dp, then pp (Megatron's default): a tensor-parallel
+    group sits inside one node, pipeline stages are on different nodes, a data-parallel group
+    spans the stage's replicas. ``ep`` > 1 splits each data-parallel group into expert-parallel
+    groups of ``ep`` consecutive replicas that run all-to-alls around every MoE layer.
+    """
+
+    tp: int = Field(default=1, ge=1, le=8)
+    pp: int = Field(default=1, ge=1, le=64)
+    ep: int = Field(default=1, ge=1, le=256)
+    microbatches: int = Field(default=8, ge=1, le=256)
+    # Per microbatch and stage, the forward compute (backward takes twice as long).
+    forward_ms: float = Field(default=8.0, gt=0, le=10_000)
+    # Bytes of one pipeline activation, one tensor-parallel allreduce, one data-parallel
+    # gradient bucket and one rank's all-to-all input.
+    activation_bytes: int = Field(default=16 * MIB, ge=1, le=1 << 40)
+    tp_bytes: int = Field(default=8 * MIB, ge=1, le=1 << 40)
+    bucket_bytes: int = Field(default=64 * MIB, ge=1, le=1 << 40)
+    dp_buckets: int = Field(default=4, ge=1, le=64)
+    a2a_bytes: int = Field(default=4 * MIB, ge=1, le=1 << 40)
+    # The busiest expert of an iteration gets this much more than its share of the tokens.
+    hot_expert_load: float = Field(default=0.0, ge=0, le=4)
+    # Persistent differences of GPU speed (uniform within +-spread): normal, not faults.
+    gpu_spread: float = Field(default=0.02, ge=0, le=0.1)
+    # Per rank and iteration, the chance that its data loader stalls it (first stage only).
+    loader_stall: float = Field(default=0.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if 8 % self.tp:
+            message = "parallel.tp must divide the node's 8 GPUs"
+            raise ValueError(message)
+        if self.pp > 1 and self.microbatches < self.pp:
+            message = "parallel.microbatches must be at least pp (1F1B)"
+            raise ValueError(message)
+        return self
+
+
+class Slowdown(_Strict):
+    """A job-wide slowdown: every rank computes ``factor`` times longer (not a fault)."""
+
+    job: Name
+    at_s: Seconds
+    until_s: Seconds
+    factor: float = Field(gt=0, le=10)
+
+
 class JobSpec(_Strict):
     """One training job: its size, placement, per-iteration work and communicators."""
 
@@ -42,9 +91,23 @@ class JobSpec(_Strict):
     comms: tuple[Literal["dp", "tp"], ...] = ("dp",)
     dp_ops: tuple[DpOp, ...] = Field(default=("allreduce",), min_length=1, max_length=4)
     jitter: float = Field(default=0.01, ge=0, le=0.2)
+    # A 3D-parallel job (tensor, pipeline, data and expert groups) instead of dp/tp rings.
+    parallel: Parallel | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Self:
+        if self.parallel is not None:
+            shape = self.parallel
+            if self.ranks % (shape.tp * shape.pp):
+                message = f"ranks {self.ranks} is not a multiple of tp x pp"
+                raise ValueError(message)
+            dp = self.ranks // (shape.tp * shape.pp)
+            if dp % shape.ep:
+                message = f"parallel.ep {shape.ep} must divide the data-parallel size {dp}"
+                raise ValueError(message)
+            if shape.pp > 1 and (shape.tp * dp) % 8:
+                message = "a pipeline stage must fill whole nodes (tp x dp a multiple of 8)"
+                raise ValueError(message)
         if "dp" not in self.comms:
             message = "comms must include 'dp' (the communicator over all ranks)"
             raise ValueError(message)
@@ -206,6 +269,7 @@ class Scenario(_Strict):
     fabric: FabricShape = FabricShape()
     jobs: tuple[JobSpec, ...] = Field(min_length=1, max_length=4096)
     checkpoints: tuple[Checkpoint, ...] = ()
+    slowdowns: tuple[Slowdown, ...] = ()
     faults: tuple[Fault, ...] = ()
     # Reroutes applied while the run goes on (a live run adds those its route plans make).
     path_changes: tuple[PathChange, ...] = ()
@@ -218,7 +282,12 @@ class Scenario(_Strict):
                 message = f"jobs[{index}].id: {job_id!r} listed twice"
                 raise ValueError(message)
         known = set(ids)
-        for where, items in (("checkpoints", self.checkpoints), ("faults", self.faults)):
+        named = (
+            ("checkpoints", self.checkpoints),
+            ("slowdowns", self.slowdowns),
+            ("faults", self.faults),
+        )
+        for where, items in named:
             for index, item in enumerate(items):
                 job = getattr(item, "job", None)
                 if job is not None and job not in known:
