@@ -119,6 +119,11 @@ class CommTracker:
     ops_seen: int = 0
     periods: Window = field(init=False)
     last_end_ns: int | None = None
+    # Sync points for the compute tracker: every ``sync_every_ns`` (0: none), a completed
+    # operation's end on every member's clock (all members leave it together).
+    sync_every_ns: int = 0
+    last_sync_ns: int | None = None
+    syncs: list[tuple[int, list[int]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.members = [Member() for _ in range(self.size)]
@@ -233,6 +238,11 @@ class CommTracker:
         if self.last_end_ns is not None and finished > self.last_end_ns:
             self.periods.add(finished - self.last_end_ns)
         self.last_end_ns = finished
+        if self.sync_every_ns and (
+            self.last_sync_ns is None or finished - self.last_sync_ns >= self.sync_every_ns
+        ):
+            self.last_sync_ns = finished
+            self.syncs.append((seq, list(state.end)))
         if self.size > 2:
             self.last_entrants.append((last, middle - shortest, max(state.end)))
         key = (state.op, state.nbytes.bit_length())
@@ -373,6 +383,7 @@ class CommTracker:
             ],
             "ops_seen": self.ops_seen,
             "last_end_ns": self.last_end_ns,
+            "sync": [self.sync_every_ns, self.last_sync_ns, [[q, e] for q, e in self.syncs]],
         }
 
     @classmethod
@@ -410,6 +421,10 @@ class CommTracker:
                 )
         tracker.ops_seen = state["ops_seen"]
         tracker.last_end_ns = state["last_end_ns"]
+        if "sync" in state:
+            every, last, syncs = state["sync"]
+            tracker.sync_every_ns, tracker.last_sync_ns = int(every), last
+            tracker.syncs = [(int(q), [int(e) for e in ends]) for q, ends in syncs]
         return tracker
 
     def recent_conns(self, intervals: int = 3) -> list[ConnSample]:

@@ -8,7 +8,8 @@ from statistics import median
 from typing import Any
 
 from schemas.messages import Collective, Diagnosis, Job, RankPlace
-from streams.core.comm import CommTracker, Hang, Member
+from streams.core.comm import NOT_YET, CommTracker, Hang, Member
+from streams.core.compute import ComputeTracker
 from streams.core.findings import FindingBook, SuspectScore
 from streams.core.params import DetectorParams
 from streams.core.places import PortHealth, Routes, gpu_id, port_id, rank_id
@@ -51,7 +52,8 @@ class JobDetector:
         self.comms: dict[str, CommTracker] = {}
         self.placement: dict[int, RankPlace] = {}
         self.book = FindingBook()
-        self._stragglers: dict[str, dict[str, int]] = {}  # comm -> suspect key -> comm rank
+        self.compute = ComputeTracker(params.straggler_slice_ns)
+        self._anchors_of = -1  # how many communicators the anchor groups were chosen from
         self._slow_keys: dict[str, str] = {}  # comm -> open comm_slow key
         self.slow_paths: list[SlowPath] = []
         # Next check in this job's own data time, when its reports lag the clock.
@@ -68,6 +70,17 @@ class JobDetector:
             tracker = CommTracker(self.job, message.comm, message.comm_size, self.params)
             self.comms[message.comm] = tracker
         tracker.ingest(message)
+        ops = message.ops
+        self.compute.add(
+            message.global_rank,
+            message.comm,
+            message.ts_ns,
+            ops.seq,
+            ops.op,
+            ops.bytes,
+            ops.enter_ns,
+            ops.end_ns,
+        )
 
     def on_job(self, message: Job) -> None:
         """Learn the job's placement."""
@@ -111,8 +124,8 @@ class JobDetector:
         if data_now >= 0:
             now_ns = min(now_ns, data_now + self.params.silent_after_ns)
         down = self._check_nodes(now_ns, out)
-        self._check_hangs(now_ns, down | self._coming_back(now_ns), out)
-        self._check_stragglers(now_ns, out)
+        hung = self._check_hangs(now_ns, down | self._coming_back(now_ns), out)
+        self._check_stragglers(now_ns, hung or bool(down), out)
         if down:
             # Connections to a node that is gone stall: no slow path, no slowdown to blame.
             self.slow_paths = []
@@ -168,14 +181,36 @@ class JobDetector:
             del self._back_ns[node]
         return set(self._back_ns)
 
-    def _check_hangs(self, now_ns: int, down: set[str], out: list[Diagnosis]) -> None:
-        noncomm: list[tuple[int, CommTracker, Hang, list[Member]]] = []
+    def _waiting_ranks(self) -> set[int]:
+        """Global ranks inside an operation they entered and have not finished."""
+        waiting: set[int] = set()
+        for tracker in self.comms.values():
+            for state in tracker.pending.values():
+                if state.entered == state.ended:
+                    continue
+                for r, (enter, end) in enumerate(zip(state.enter, state.end, strict=True)):
+                    if enter != NOT_YET and end == NOT_YET:
+                        rank = tracker.members[r].global_rank
+                        if rank is not None:
+                            waiting.add(rank)
+        return waiting
+
+    def _check_hangs(self, now_ns: int, down: set[str], out: list[Diagnosis]) -> bool:
+        """Hangs of the job, attributed across its communicators; whether one is pending.
+
+        A rank missing from one group's operation while it waits inside another's is a
+        waiter, not a culprit: who waits for whom is followed over every communicator
+        (point-to-point pairs too) to the ranks that wait on nothing, and those are named.
+        When every missing rank is a waiter, the root is an operation every member entered
+        and none can finish (comm_hang).
+        """
+        noncomm: list[tuple[CommTracker, Hang, list[Member]]] = []
         comm: list[tuple[CommTracker, Hang]] = []
         due = False
         for tracker in self.comms.values():
             # Half-due hangs count too: a rank stuck before a small intra-node operation shows
             # as 1 missing there and as its whole group missing in the big one, whose report
-            # may have come first. The most specific one names the culprit.
+            # may have come first.
             hang = tracker.hang(now_ns, share=0.5)
             if hang is None:
                 continue
@@ -184,18 +219,41 @@ class JobDetector:
                 missing = [tracker.members[r] for r in hang.missing]
                 unexplained = [m for m in missing if self._place(m)[0] not in down]
                 if unexplained:
-                    noncomm.append((len(unexplained), tracker, hang, unexplained))
+                    noncomm.append((tracker, hang, unexplained))
             elif not down:
                 # With a node of the job down, every rank ends up blocked behind it (an op
                 # issued after the stuck one cannot finish either): node_down explains it.
                 comm.append((tracker, hang))
+        pending = bool(noncomm or comm)
         open_cls = [
             c for c in ("noncomm_hang", "comm_hang") if self.book.is_open(self.job, c, HANG_KEY)
         ]
         if not due:
             noncomm, comm = [], []
+        culprits: dict[int, tuple[CommTracker, Hang, Member]] = {}
+        unattributed: list[tuple[CommTracker, Hang, list[Member]]] = []
         if noncomm:
-            _, tracker, hang, members = min(noncomm, key=lambda item: item[0])
+            waiting = self._waiting_ranks()
+            for tracker, hang, members in noncomm:
+                free = [m for m in members if m.global_rank not in waiting]
+                if any(m.global_rank is None for m in free):
+                    unattributed.append((tracker, hang, free))
+                for member in free:
+                    if member.global_rank is None:
+                        continue
+                    known = culprits.get(member.global_rank)
+                    # The smallest group that misses it is the most specific evidence.
+                    if known is None or tracker.size < known[0].size:
+                        culprits[member.global_rank] = (tracker, hang, member)
+        if culprits or unattributed:
+            if culprits:
+                named = sorted(
+                    culprits.values(), key=lambda item: (item[0].size, item[2].global_rank or 0)
+                )
+                tracker, hang, _ = named[0]
+                members = [item[2] for item in named]
+            else:
+                tracker, hang, members = min(unattributed, key=lambda item: len(item[2]))
             if len(members) > 2 and not self.book.is_open(self.job, "noncomm_hang", HANG_KEY):
                 # Many missing at once is often one rank seen from a big communicator while
                 # the small one that names it has not reported yet: give it a second.
@@ -205,7 +263,7 @@ class JobDetector:
                 data_now = max(self._node_last_seen().values(), default=now_ns)
                 patience = MULTI_SUSPECT_PATIENCE_NS
                 if data_now < due_at + patience and now_ns < due_at + 10 * patience:
-                    return
+                    return pending
             score = 0.95 if len(members) <= 2 else max(0.3, 0.95 * 2 / len(members))
             suspects = tuple(self._rank_suspect(m, score) for m in members[:16])
             evidence: dict[str, Any] = {
@@ -216,7 +274,7 @@ class JobDetector:
             }
             self._fire(out, "noncomm_hang", HANG_KEY, hang.since_ns, now_ns, suspects, evidence)
         elif comm:
-            tracker, hang = comm[0]
+            tracker, hang = min(comm, key=lambda item: item[1].since_ns)
             suspects = self._stalled_suspects(tracker, hang)
             evidence = {
                 "comm": tracker.comm,
@@ -224,10 +282,11 @@ class JobDetector:
                 "unfinished_ranks": list(hang.unfinished[:64]),
             }
             self._fire(out, "comm_hang", HANG_KEY, hang.since_ns, now_ns, suspects, evidence)
-        else:
+        elif not noncomm:
             for cls in open_cls:
                 if resolved := self.book.resolve(self.job, cls, HANG_KEY, now_ns):
                     out.append(resolved)
+        return pending or bool(open_cls)
 
     def _stalled_suspects(self, tracker: CommTracker, hang: Hang) -> tuple[SuspectScore, ...]:
         ports = [self._port_of(tracker.members[r]) for r in range(tracker.size)]
@@ -259,29 +318,95 @@ class JobDetector:
         if fired is not None:
             out.append(fired)
 
-    def _check_stragglers(self, now_ns: int, out: list[Diagnosis]) -> None:
-        naming: dict[str, tuple[SuspectScore, dict[str, Any], int]] = {}
+    def _anchor_groups(self) -> None:
+        """Give each rank's largest collective group sync points (its compute windows); a
+        point-to-point pair joins two pipeline stages, whose work differs: never an anchor."""
+        if self._anchors_of == len(self.comms):
+            return
+        largest: dict[int, CommTracker] = {}
+        complete = True
         for tracker in self.comms.values():
-            current = self._stragglers.get(tracker.comm, {})
-            straggler = tracker.straggler(next(iter(current.values()), None))
-            if straggler is None:
-                self._stragglers[tracker.comm] = {}
+            if ":p2p:" in tracker.comm or tracker.size < 2:
                 continue
-            suspect = self._rank_suspect(
-                tracker.members[straggler.rank], min(0.99, 0.5 + straggler.share / 2)
+            for member in tracker.members:
+                rank = member.global_rank
+                if rank is None:
+                    complete = False
+                    continue
+                best = largest.get(rank)
+                if best is None or (tracker.size, tracker.comm) > (best.size, best.comm):
+                    largest[rank] = tracker
+        anchors = {id(t) for t in largest.values()}
+        for tracker in self.comms.values():
+            tracker.sync_every_ns = (
+                self.params.straggler_slice_ns if id(tracker) in anchors else 0
             )
-            self._stragglers[tracker.comm] = {suspect.id: straggler.rank}
-            evidence = {
-                "comm": tracker.comm,
-                "rank": straggler.rank,
-                "median_lag_ms": round(straggler.median_lag_ns / 1e6, 3),
-                "last_share": round(straggler.share, 3),
-            }
-            if suspect.id not in naming:
-                naming[suspect.id] = (suspect, evidence, straggler.since_ns)
+        if complete:
+            self._anchors_of = len(self.comms)
+
+    def _drain_syncs(self) -> None:
+        for tracker in self.comms.values():
+            if not tracker.syncs:
+                continue
+            ranks = [m.global_rank for m in tracker.members]
+            members = tuple(r for r in ranks if r is not None)
+            if len(members) == tracker.size:
+                for _, ends in tracker.syncs:
+                    self.compute.sync(tracker.comm, members, ends)
+            tracker.syncs.clear()
+
+    def _member_of(self, global_rank: int) -> tuple[CommTracker, int] | None:
+        """The collective group (the largest) and communicator rank of a global rank."""
+        best: tuple[CommTracker, int] | None = None
+        for tracker in self.comms.values():
+            if ":p2p:" in tracker.comm:
+                continue
+            for index, member in enumerate(tracker.members):
+                if member.global_rank == global_rank and (
+                    best is None or tracker.size > best[0].size
+                ):
+                    best = (tracker, index)
+        return best
+
+    def _check_stragglers(self, now_ns: int, hung: bool, out: list[Diagnosis]) -> None:
+        params = self.params
+        compute = self.compute
+        self._anchor_groups()
+        self._drain_syncs()
+        compute.judge()
+        naming: dict[str, tuple[SuspectScore, dict[str, Any], int]] = {}
+        open_keys = set(self.book.open_keys(self.job, "noncomm_slow"))
+        for threshold, keep in (
+            (params.straggler_compute_factor, False),
+            (params.straggler_resolve_factor, True),
+        ):
+            for slow in compute.slow_ranks(
+                params.straggler_slices, params.straggler_min_slices, threshold
+            ):
+                found = self._member_of(slow.global_rank)
+                if found is None:
+                    continue
+                tracker, index = found
+                score = min(0.99, 0.5 + (slow.ratio - 1) * 2.5)
+                suspect = self._rank_suspect(tracker.members[index], score)
+                if keep != (suspect.id in open_keys) or suspect.id in naming:
+                    continue  # new ones at the firing factor, open ones down to the resolve one
+                if hung and suspect.id not in open_keys:
+                    continue  # a rank that stopped computes "long": the hang names it
+                lags = [lag for r, lag, _ in tracker.last_entrants if r == index]
+                evidence = {
+                    "comm": tracker.comm,
+                    "rank": index,
+                    "median_lag_ms": round(
+                        (median(lags) if lags else slow.excess_ns) / 1e6, 3
+                    ),
+                    "compute_ratio": round(slow.ratio, 3),
+                    "slices": slow.slices,
+                }
+                naming[suspect.id] = (suspect, evidence, slow.since_ns)
         for key, (suspect, evidence, since) in naming.items():
             self._fire(out, "noncomm_slow", key, since, now_ns, (suspect,), evidence)
-        for key in self.book.open_keys(self.job, "noncomm_slow"):
+        for key in open_keys:
             if key not in naming and (
                 resolved := self.book.resolve(self.job, "noncomm_slow", key, now_ns)
             ):
@@ -395,7 +520,7 @@ class JobDetector:
             "placement": [place.model_dump(mode="json") for place in self.placement.values()],
             "comms": {comm: tracker.state() for comm, tracker in self.comms.items()},
             "findings": self.book.state(),
-            "stragglers": self._stragglers,
+            "compute": self.compute.state(),
             "slow_keys": self._slow_keys,
             "back": self._back_ns,
         }
@@ -409,7 +534,8 @@ class JobDetector:
             for comm, tracker in state["comms"].items()
         }
         self.book.restore(state["findings"])
-        self._stragglers = state["stragglers"]
+        if "compute" in state:
+            self.compute = ComputeTracker.restored(state["compute"])
         self._slow_keys = state["slow_keys"]
         self._back_ns = {str(node): int(at) for node, at in state.get("back", {}).items()}
 

@@ -32,6 +32,16 @@ class DetectorParams:
     # ... and its lag is at least this share of the time between operations (a 10% slower
     # GPU lags by ~10% of an iteration; persistent 1-2% differences are normal).
     straggler_min_lag_share: float = 0.04
+    # Straggler by compute time (streams.core.compute): windows of at least this length
+    # between sync points of a rank's largest group; a straggler's median compute over its
+    # last ``straggler_slices`` judged windows (at least ``straggler_min_slices``) is this
+    # factor over what its peers' predicts, and it is
+    # cleared below the resolve factor.
+    straggler_slice_ns: int = NS_PER_S
+    straggler_slices: int = 7
+    straggler_min_slices: int = 4
+    straggler_compute_factor: float = 1.06
+    straggler_resolve_factor: float = 1.03
     # Communication slowdown: recent transfer time over the baseline by this factor.
     slow_baseline_ops: int = 20
     slow_recent_ops: int = 8

@@ -1,0 +1,316 @@
+"""How long each rank computes, against the ranks that do the same work: who is slow itself.
+
+A straggler spends longer computing between its operations; the ranks it delays spend
+longer waiting inside them and compute as long as ever. So a rank's own time outside
+communication, measured on its own clock (no clock sync: DESIGN, principle 3), against its
+peers' (the members of its collective groups, which run the same layers on the same
+microbatches; a point-to-point partner is another pipeline stage and is no peer), names the
+straggler and never the ranks waiting for it, in any shape of job.
+
+The unit of comparison is a window between two sync points of one group: operations of that
+group that every member leaves at the same moment (a synchronising collective completes
+together), one at least ``slice_ns`` after the last. Between them every member spent the same
+wall time and ran the same work, each measured on its own clock: its compute time is the
+window minus the union of its operations (entered to completed, or still in flight) of every
+communicator. A window closes once every communicator of the member has reported past its
+end. Each rank is judged in the windows of its largest collective group against the other
+members, after what its all-to-all bytes explain (an expert computes in proportion to the
+tokens it got, and sends as many back: the busiest expert is load, not hardware; the slope is
+fitted across the window's members, robust to a slow one). A window in which it completed no
+operation (it stopped: a hang's business) is not judged. A
+straggler is a rank whose median ratio over its last judged windows is high: late
+persistently, across iterations; a data loader stall or a hot expert lasts a window or two.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+# Windows kept in a rank's history of verdicts; newer windows of a group after which an
+# incomplete one is judged without the members that never reported past it.
+VERDICTS_KEPT = 16
+SLICE_PATIENCE = 3
+# A rank's peers compute at least this share of a slice for the slice to be judged
+# (peers waiting the whole slice out say nothing about anybody's speed).
+MIN_PEER_COMPUTE_SHARE = 0.05
+MAX_OPS_KEPT = 8192
+# All-to-all bytes of a window's members must differ by this factor to fit a load slope;
+# the fit takes at most this many members (evenly spread by bytes).
+MIN_LOAD_SPREAD = 1.02
+MAX_SLOPE_POINTS = 64
+
+
+@dataclass(slots=True)
+class RankTime:
+    """One rank's operations on its own clock, until the slices they fall in are closed."""
+
+    ops: list[tuple[int, int]] = field(default_factory=list)  # completed (enter, end)
+    in_flight: dict[str, int] = field(default_factory=dict)  # comm -> enter of its open op
+    reported: dict[str, int] = field(default_factory=dict)  # comm -> latest report ts
+    last_seq: dict[str, int] = field(default_factory=dict)  # comm -> last completed seq
+    a2a: list[tuple[int, int]] = field(default_factory=list)  # (end, bytes) of all-to-alls
+
+
+@dataclass(frozen=True, slots=True)
+class SliceTime:
+    """What one rank did in one slice."""
+
+    compute_ns: int
+    a2a_bytes: int
+    completed: int  # operations that completed in the slice
+
+
+@dataclass(frozen=True, slots=True)
+class SlowRank:
+    """A rank that computes persistently longer than its peers."""
+
+    global_rank: int
+    ratio: float  # median over its judged slices of compute / peers' compute
+    excess_ns: float  # median extra compute per slice
+    slices: int
+    since_ns: int  # start of the first slice in its current high run (its clock)
+
+
+@dataclass(slots=True)
+class _Window:
+    """One group's window between two sync points, per member: its span and its time."""
+
+    comm: str
+    members: tuple[int, ...]  # global ranks
+    starts: list[int]
+    ends: list[int]
+    times: dict[int, SliceTime] = field(default_factory=dict)  # member index -> time
+
+
+class ComputeTracker:
+    """Every rank of one job: windows closed, judged against peers, verdicts kept."""
+
+    def __init__(self, slice_ns: int) -> None:
+        self.slice_ns = slice_ns
+        self.ranks: dict[int, RankTime] = {}
+        # comm -> (members, their ends) at its last sync point: the next window's start
+        self.last_sync: dict[str, tuple[tuple[int, ...], list[int]]] = {}
+        self.windows: list[_Window] = []
+        # rank -> recent (end, ratio, excess), ratio None when the window was not judged
+        self.verdicts: dict[int, deque[tuple[int, float | None, float]]] = {}
+
+    # --- input -----------------------------------------------------------------------
+    def add(
+        self,
+        global_rank: int,
+        comm: str,
+        ts_ns: int,
+        seqs: tuple[int, ...],
+        ops: tuple[str, ...],
+        sizes: tuple[int, ...],
+        enters: tuple[int, ...],
+        ends: tuple[int | None, ...],
+    ) -> None:
+        """Take one report of a rank on one communicator."""
+        rank = self.ranks.get(global_rank)
+        if rank is None:
+            rank = self.ranks[global_rank] = RankTime()
+        # A report covers its rank's time up to when it was made: its ts, and no earlier
+        # than the times it carries (a clock that stamps reports behind its operations).
+        covered = max(ts_ns, max(enters, default=ts_ns), max(_known(ends), default=ts_ns))
+        if covered <= rank.reported.get(comm, -1):
+            return  # a repeated or older report: what it says is known
+        rank.reported[comm] = covered
+        last = rank.last_seq.get(comm, -1)
+        open_enter = None
+        for seq, op, nbytes, enter, end in zip(seqs, ops, sizes, enters, ends, strict=True):
+            if end is None:
+                if open_enter is None:
+                    open_enter = enter
+                continue
+            if seq <= last:
+                continue
+            last = seq
+            rank.ops.append((enter, end))
+            if op == "alltoall":
+                rank.a2a.append((end, nbytes))
+        rank.last_seq[comm] = last
+        if open_enter is not None:
+            rank.in_flight[comm] = open_enter
+        else:
+            rank.in_flight.pop(comm, None)
+        if len(rank.ops) > MAX_OPS_KEPT:
+            del rank.ops[: len(rank.ops) - MAX_OPS_KEPT]
+
+    def sync(self, comm: str, members: tuple[int, ...], ends: list[int]) -> None:
+        """A sync point of a group: the end of one of its operations on every member."""
+        previous = self.last_sync.get(comm)
+        self.last_sync[comm] = (members, ends)
+        if previous is not None and previous[0] == members:
+            self.windows.append(_Window(comm, members, previous[1], ends))
+
+    # --- windows ---------------------------------------------------------------------
+    def _span(self, rank: RankTime, lo: int, hi: int) -> SliceTime:
+        spans = [(max(a, lo), min(b, hi)) for a, b in rank.ops if b > lo and a < hi]
+        spans += [(max(a, lo), hi) for a in rank.in_flight.values() if a < hi]
+        spans.sort()
+        busy = 0
+        cursor = lo
+        for a, b in spans:
+            if b <= cursor:
+                continue
+            busy += b - max(a, cursor)
+            cursor = b
+        completed = sum(1 for a, b in rank.ops if lo < b <= hi)
+        a2a = sum(n for b, n in rank.a2a if lo < b <= hi)
+        return SliceTime(max(0, hi - lo - busy), a2a, completed)
+
+    def judge(self) -> None:
+        """Close the windows the members' reports have passed; judge the complete ones (or
+        those lagging members left behind)."""
+        done: list[_Window] = []
+        for window in self.windows:
+            for i, member in enumerate(window.members):
+                if i in window.times:
+                    continue
+                rank = self.ranks.get(member)
+                if rank is not None and min(rank.reported.values()) >= window.ends[i]:
+                    window.times[i] = self._span(rank, window.starts[i], window.ends[i])
+        newer: dict[str, int] = {}
+        for window in reversed(self.windows):
+            complete = len(window.times) == len(window.members)
+            behind = newer.get(window.comm, 0)
+            if complete or behind >= SLICE_PATIENCE:
+                self._judge_window(window)
+                done.append(window)
+            newer[window.comm] = behind + 1
+        if done:
+            gone = {id(w) for w in done}
+            self.windows = [w for w in self.windows if id(w) not in gone]
+        self._prune()
+
+    def _prune(self) -> None:
+        """Drop operations no open window (nor the next one) can still need."""
+        needed: dict[int, int] = {}
+        for window in self.windows:
+            for member, start in zip(window.members, window.starts, strict=True):
+                needed[member] = min(needed.get(member, start), start)
+        for members, ends in self.last_sync.values():
+            for member, end in zip(members, ends, strict=True):
+                needed[member] = min(needed.get(member, end), end)
+        for member, rank in self.ranks.items():
+            keep_from = needed.get(member)
+            if keep_from is None:
+                continue
+            rank.ops = [(a, b) for a, b in rank.ops if b > keep_from]
+            rank.a2a = [(b, n) for b, n in rank.a2a if b > keep_from]
+
+    def _judge_window(self, window: _Window) -> None:
+        times = window.times
+        floor = MIN_PEER_COMPUTE_SHARE * self.slice_ns
+        slope = _load_slope(list(times.values()))
+        # What each member computes beyond what its tokens explain (slope 0 without
+        # all-to-alls): a slow GPU stands out, the busiest expert does not.
+        residual = {i: t.compute_ns - slope * t.a2a_bytes for i, t in times.items()}
+        for i, mine in times.items():
+            others = [r for j, r in residual.items() if j != i]
+            if not others:
+                continue
+            rank = window.members[i]
+            verdicts = self.verdicts.setdefault(rank, deque(maxlen=VERDICTS_KEPT))
+            expected = median(others) + slope * mine.a2a_bytes
+            end = window.ends[i]
+            if expected < floor or mine.completed == 0:
+                verdicts.append((end, None, 0.0))
+                continue
+            verdicts.append((end, mine.compute_ns / expected, mine.compute_ns - expected))
+
+    def slow_ranks(self, window: int, least: int, threshold: float) -> list[SlowRank]:
+        """Ranks whose median ratio over their last ``window`` judged windows is at least
+        ``threshold`` (``least`` of them judged)."""
+        found = []
+        for rank, verdicts in self.verdicts.items():
+            # The last ``window`` judged ones of those kept: windows of load are skipped.
+            recent = [v for v in verdicts if v[1] is not None][-window:]
+            if len(recent) < least:
+                continue
+            ratio = median(v[1] for v in recent if v[1] is not None)
+            if ratio < threshold:
+                continue
+            since = recent[-1][0]
+            for end, value, _ in reversed(recent):
+                if value is None or value < threshold:
+                    break
+                since = end
+            excess = median(v[2] for v in recent)
+            found.append(SlowRank(rank, ratio, excess, len(recent), since - self.slice_ns))
+        return found
+
+    # --- snapshot ----------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Everything needed to go on after a restart, as plain data."""
+        return {
+            "slice_ns": self.slice_ns,
+            "ranks": [
+                [r, t.ops, t.in_flight, t.reported, t.last_seq, t.a2a]
+                for r, t in self.ranks.items()
+            ],
+            "last_sync": {c: [list(m), e] for c, (m, e) in self.last_sync.items()},
+            "windows": [
+                [
+                    w.comm,
+                    list(w.members),
+                    w.starts,
+                    w.ends,
+                    [[i, t.compute_ns, t.a2a_bytes, t.completed] for i, t in w.times.items()],
+                ]
+                for w in self.windows
+            ],
+            "verdicts": [[r, [list(v) for v in vs]] for r, vs in self.verdicts.items()],
+        }
+
+    @classmethod
+    def restored(cls, state: dict[str, Any]) -> ComputeTracker:
+        """A tracker in the state a snapshot describes."""
+        tracker = cls(int(state["slice_ns"]))
+        for r, ops, in_flight, reported, last_seq, a2a in state["ranks"]:
+            tracker.ranks[int(r)] = RankTime(
+                [(int(a), int(b)) for a, b in ops],
+                {str(c): int(v) for c, v in in_flight.items()},
+                {str(c): int(v) for c, v in reported.items()},
+                {str(c): int(v) for c, v in last_seq.items()},
+                [(int(b), int(n)) for b, n in a2a],
+            )
+        tracker.last_sync = {
+            str(c): (tuple(int(m) for m in members), [int(e) for e in ends])
+            for c, (members, ends) in state["last_sync"].items()
+        }
+        for comm, members, starts, ends, times in state["windows"]:
+            window = _Window(str(comm), tuple(int(m) for m in members), starts, ends)
+            window.times = {int(i): SliceTime(int(c), int(a), int(n)) for i, c, a, n in times}
+            tracker.windows.append(window)
+        for r, verdicts in state["verdicts"]:
+            tracker.verdicts[int(r)] = deque(
+                ((int(k), None if v is None else float(v), float(e)) for k, v, e in verdicts),
+                maxlen=VERDICTS_KEPT,
+            )
+        return tracker
+
+
+def _load_slope(times: list[SliceTime]) -> float:
+    """Compute time per all-to-all byte across a window's members: the median of the
+    pairwise slopes (robust to a slow member), 0 when their bytes hardly differ."""
+    points = sorted((t.a2a_bytes, t.compute_ns) for t in times)
+    if len(points) < 3 or points[0][0] <= 0 or points[-1][0] < points[0][0] * MIN_LOAD_SPREAD:
+        return 0.0
+    step = max(1, len(points) // MAX_SLOPE_POINTS)
+    sample = points[::step]
+    slopes = [
+        (c2 - c1) / (b2 - b1)
+        for i, (b1, c1) in enumerate(sample)
+        for b2, c2 in sample[i + 1 :]
+        if b2 > b1
+    ]
+    return max(0.0, median(slopes)) if slopes else 0.0
+
+
+def _known(ends: tuple[int | None, ...]) -> list[int]:
+    return [end for end in ends if end is not None]
