@@ -335,6 +335,7 @@ def convert(
             stops[key] = max(
                 [stops[key]] + [d.written_ns for d in dumps if d.rank == rank and _holds(d, name)]
             )
+    _trim_to_common_history(timelines)
     for file, count in sorted(never_started.items()):
         result.skipped.append(
             f"{dumps[file].source}: {count} operations scheduled but never started:"
@@ -364,6 +365,19 @@ def convert(
             )
     result.messages.sort(key=lambda message: message.ts_ns)
     return result
+
+
+def _trim_to_common_history(timelines: dict[tuple[str, int, int, int], list[_Op]]) -> None:
+    """Drop what only some members still hold: operations older than the oldest one every
+    member's ring buffer kept. Each member went on to later ones, so these had finished
+    everywhere; reported by some members only, they would look like a member that never
+    entered them."""
+    floors: dict[str, int] = defaultdict(int)
+    for (comm, *_), ops in timelines.items():
+        if ops:
+            floors[comm] = max(floors[comm], min(op.seq for op in ops))
+    for (comm, *_), ops in timelines.items():
+        ops[:] = [op for op in ops if op.seq >= floors[comm]]
 
 
 def _holds(rank_dump: RankDump, name: str) -> bool:
@@ -569,7 +583,7 @@ def _p2p_ops(
         counts: dict[tuple[int, int], int] = defaultdict(int)
         # Inside a batch the order of the calls may differ between the two sides: the
         # lower rank's sends first, then the higher rank's, each in call order.
-        group.sort(key=lambda e: (e.peer is None, _low_sends(rank, e), e.op_id, e.order))
+        group.sort(key=lambda e: (e.peer is None, not _low_sends(rank, e), e.op_id, e.order))
         for entry in group:
             if entry.peer is None or entry.op is None:
                 continue
@@ -600,7 +614,8 @@ def _p2p_ops(
 
 def _low_sends(rank: int, entry: _Entry) -> bool:
     """Whether the operation carries data from the pair's lower rank to its higher one."""
-    assert entry.peer is not None  # noqa: S101 -- only point-to-point entries come here
+    if entry.peer is None:
+        return False
     sender = rank if entry.op == "send" else entry.peer
     return sender == min(rank, entry.peer)
 

@@ -309,3 +309,256 @@ def test_nccl_inspector_logs_convert_for_diagnose(tmp_path: Path) -> None:
     messages = [decode(line) for line in result.stdout.splitlines()]
     assert len(messages) == 4
     assert all(isinstance(m, Collective) and m.ops.seq == tuple(range(1, 31)) for m in messages)
+
+
+FIXTURES = ROOT / "tests" / "fixtures" / "flight_recorder"
+sys.path.insert(0, str(FIXTURES))
+
+
+def _fixture(tmp_path: Path, name: str) -> Path:
+    """A committed set of torch-written dumps, copied with their dump times restored."""
+    import json
+    import shutil
+
+    folder = tmp_path / name
+    shutil.copytree(FIXTURES / name, folder)
+    for file, written in json.loads((folder / "written_ns.json").read_text()).items():
+        os.utime(folder / file, ns=(written, written))
+    return folder
+
+
+def _ops_by_side(messages: list[Collective]) -> dict[tuple[str, int], dict[int, tuple[str, bool]]]:
+    """(comm, global rank) -> seq -> (op, completed), the latest report winning."""
+    sides: dict[tuple[str, int], dict[int, tuple[str, bool]]] = defaultdict(dict)
+    for message in sorted(messages, key=lambda m: m.ts_ns):
+        for seq, op, end in zip(message.ops.seq, message.ops.op, message.ops.end_ns, strict=True):
+            sides[(message.comm, message.global_rank)][seq] = (op, end is not None)
+    return sides
+
+
+def _placement(tmp_path: Path) -> Path:
+    places = [RankPlace(rank=r, node=f"node-00{r // 2}", gpu=r % 2) for r in range(4)]
+    comms = {"0": (0, 1, 2, 3), "3": (0, 1), "4": (2, 3), "1": (0, 2), "2": (1, 3)}
+    job = Job(
+        v=1, kind="job", job="job-pp", ts_ns=T0, state="running", ranks=tuple(places), comms=comms
+    )
+    path = tmp_path / "job.json"
+    path.write_bytes(encode(job))
+    return path
+
+
+def _diagnose_names_only_rank_3(tmp_path: Path, folder: Path) -> list[Diagnosis]:
+    converted = run_c4(
+        "convert", "flight-recorder", str(folder), "--placement", str(_placement(tmp_path))
+    )
+    assert converted.returncode == 0, converted.stderr
+    assert b" 0 skipped" in converted.stderr, converted.stderr
+    diagnosed = run_c4("diagnose", "-", stdin=converted.stdout)
+    assert diagnosed.returncode == 0, diagnosed.stderr
+    found = [decode(line) for line in diagnosed.stdout.splitlines()]
+    findings = [d for d in found if isinstance(d, Diagnosis)]
+    hangs = [d for d in findings if d.class_ == "noncomm_hang"]
+    assert hangs, diagnosed.stdout.decode()
+    # Rank 3 (node-001, GPU 1) stopped issuing work; ranks 0, 1, 2 only wait.
+    stuck = {"node-001/gpu1", "job-pp/rank3"}
+    assert {hang.suspects[0].id for hang in hangs} <= stuck, diagnosed.stdout.decode()
+    named = {s.id for d in findings for s in d.suspects}
+    assert named <= stuck | {"node-001"}, diagnosed.stdout.decode()
+    return hangs
+
+
+def test_torch_written_dumps_of_a_stuck_pipeline_rank_align_per_pair(tmp_path: Path) -> None:
+    result = convert(read_folder(_fixture(tmp_path, "stuck_rank3")), "job-pp")
+    assert result.skipped == []
+    sides = _ops_by_side(result.messages)
+    # Pipeline pairs (groups [0, 2] and [1, 3], peers named by group rank): the pair's own
+    # seq, the same operation under the same seq on both sides (a send is the other's recv).
+    flip = {"send": "recv", "recv": "send"}
+    for low, high in ((0, 2), (1, 3)):
+        comm = f"{1 + low}:p2p:{low}-{high}"
+        a, b = sides[(comm, low)], sides[(comm, high)]
+        assert list(a) == list(range(1, len(a) + 1))
+        assert all(b[seq][0] == flip[a[seq][0]] for seq in b if seq in a)
+    # Rank 1 sent step 4's activations and waits (the call has not returned): in flight;
+    # rank 3 never called the matching recv.
+    assert sides[("2:p2p:1-3", 1)][9] == ("send", False)
+    assert 9 not in sides[("2:p2p:1-3", 3)]
+    assert all(done for done in list(sides[("2:p2p:1-3", 1)].values())[:-1])
+    # Pair 0-2 finished every operation: the next call of each thread shows it returned.
+    assert all(done for op, done in sides[("1:p2p:0-2", 0)].values())
+    # Data-parallel groups (coalesced allreduce of two buckets is one operation) and world.
+    assert sides[("3", 0)][5] == ("allreduce", False) and 5 not in sides[("3", 1)]
+    assert sides[("4", 2)][5] == ("allreduce", False) and 5 not in sides[("4", 3)]
+    bucket_bytes = {nbytes for m in result.messages if m.comm == "3" for nbytes in m.ops.bytes}
+    assert bucket_bytes == {(128 + 64) * 4}
+    assert {seq for (comm, _), ops in sides.items() if comm == "0" for seq in ops} == {1, 2, 3, 4}
+
+
+def test_torch_written_dumps_with_wrapped_ring_buffers_align_by_sequence_id(
+    tmp_path: Path,
+) -> None:
+    # TORCH_FR_BUFFER_SIZE=5: every rank kept only its last 5 entries per recorder, ranks
+    # kept different windows (the stuck rank issued less).
+    result = convert(read_folder(_fixture(tmp_path, "stuck_rank3_wrapped")), "job-pp")
+    assert result.skipped == []
+    sides = _ops_by_side(result.messages)
+    flip = {"send": "recv", "recv": "send"}
+    for low, high in ((0, 2), (1, 3)):
+        comm = f"{1 + low}:p2p:{low}-{high}"
+        a, b = sides[(comm, low)], sides[(comm, high)]
+        common = set(a) & set(b)
+        assert len(common) >= 4
+        assert all(b[seq][0] == flip[a[seq][0]] for seq in common)
+    # Rank 1 kept p2p_seq_id 5..9, rank 3 kept 4..8: rank 1's in-flight send (p2p 9) is one
+    # past rank 3's last operation, as without the drops. What only one side still holds
+    # (rank 3's p2p 4) is left out: both went on past it.
+    one, three = sides[("2:p2p:1-3", 1)], sides[("2:p2p:1-3", 3)]
+    assert max(one) == max(three) + 1 and one[max(one)] == ("send", False)
+    assert min(three) == min(one) and all(three[s][0] != one[s][0] for s in three)
+    # Collectives by collective_seq_id: rank 0 kept 3..5 of group 3, rank 1 kept 3..4.
+    assert set(sides[("3", 0)]) == {3, 4, 5} and set(sides[("3", 1)]) == {3, 4}
+
+
+@pytest.mark.parametrize("fixture", ["stuck_rank3", "stuck_rank3_wrapped"])
+def test_torch_written_dumps_diagnose_the_stuck_rank_and_no_waiter(
+    tmp_path: Path, fixture: str
+) -> None:
+    _diagnose_names_only_rank_3(tmp_path, _fixture(tmp_path, fixture))
+
+
+def test_a_real_pipeline_job_with_a_stuck_rank_end_to_end(tmp_path: Path) -> None:
+    """Real torch processes (gloo, 2 stages x 2 replicas); rank 3 stops; dumps by torch."""
+    from make_dumps import make_dumps
+
+    dumps = make_dumps(tmp_path / "dumps", buffer=8, hang_s=7.5)
+    assert len(dumps) == 8
+    hangs = _diagnose_names_only_rank_3(tmp_path, tmp_path / "dumps")
+    assert hangs[0].evidence["missing_ranks"] == [1]  # rank 1 of its group [2, 3]
+
+
+def _nccl(
+    record_id: int,
+    pg: str,
+    name: str,
+    created: int,
+    *,
+    seq: int = 0,
+    p2p_seq: int = 0,
+    state: str = "completed",
+) -> dict[str, Any]:
+    """An entry as ProcessGroupNCCL records it (timing on: scheduled, started, completed)."""
+    done = state == "completed"
+    return {
+        "record_id": record_id,
+        "pg_id": 0,
+        "process_group": (pg, "desc"),
+        "collective_seq_id": seq,
+        "p2p_seq_id": p2p_seq,
+        "op_id": record_id + 1,
+        "profiling_name": name,
+        "time_created_ns": created,
+        "time_discovered_started_ns": created if state != "scheduled" else None,
+        "time_discovered_completed_ns": created + MS if done else None,
+        "state": state,
+        "input_sizes": [[8]],
+        "input_dtypes": ["Float"],
+        "output_sizes": [[8]],
+        "output_dtypes": ["Float"],
+        "is_p2p": " " in name or name == "nccl:coalesced" and p2p_seq > 0,
+        "retired": done,
+    }
+
+
+def _write(folder: Path, rank: int, entries: list[dict[str, Any]], config: dict[str, Any]) -> None:
+    folder.mkdir(exist_ok=True)
+    path = folder / f"nccl_trace_rank_{rank}"
+    path.write_bytes(pickle.dumps({"version": "2.4", "pg_config": config, "entries": entries}))
+    os.utime(path, ns=(T0 + 10**10, T0 + 10**10))
+
+
+def test_batched_p2p_coalesced_collectives_and_never_started_entries(tmp_path: Path) -> None:
+    # Group "pp" = global ranks [5, 2] (group rank 0 is global 5): a batched isend/irecv
+    # (one p2p_seq_id, listed in a different order on each side, closed by nccl:coalesced:
+    # the members have no state of their own), then a coalesced allreduce in group "dp"
+    # (two entries, one collective_seq_id, closed by allreduce_coalesced), then rank 2's
+    # next allreduce is scheduled behind a stuck kernel and never started.
+    config = {
+        "pp": {"name": "pp", "desc": "pp", "ranks": "[5, 2]"},
+        "dp": {"name": "dp", "desc": "dp", "ranks": "[2, 5]"},
+    }
+    folder = tmp_path / "dumps"
+    members_only = {"state": "scheduled", "time_discovered_started_ns": None}
+    for rank, me, peer in ((5, 0, 1), (2, 1, 0)):
+        batch = [
+            _nccl(0, "pp", f"nccl:send {me}->{peer}", T0, p2p_seq=1) | members_only,
+            _nccl(1, "pp", f"nccl:recv {me}<-{peer}", T0, p2p_seq=1) | members_only,
+            _nccl(2, "pp", "nccl:coalesced", T0, p2p_seq=1),
+        ]
+        if rank == 2:
+            batch = [batch[1], batch[0], batch[2]]
+        entries = [
+            *batch,
+            _nccl(3, "dp", "nccl:all_reduce", T0 + 10 * MS, seq=1) | members_only,
+            _nccl(4, "dp", "nccl:all_reduce", T0 + 10 * MS, seq=1) | members_only,
+            _nccl(5, "dp", "nccl:allreduce_coalesced", T0 + 10 * MS, seq=1),
+            _nccl(
+                6,
+                "dp",
+                "nccl:all_reduce",
+                T0 + 20 * MS,
+                seq=2,
+                state="started" if rank == 5 else "scheduled",
+            ),
+        ]
+        _write(folder, rank, entries, config)
+    result = convert(read_folder(folder), "j")
+    assert result.skipped == [
+        f"{folder / 'nccl_trace_rank_2'}: 1 operations scheduled but never started:"
+        " reported as not entered"
+    ]
+    sides = _ops_by_side(result.messages)
+    # The pair's seq: the lower global rank's send first on both sides, all completed.
+    assert sides[("pp:p2p:2-5", 2)] == {1: ("send", True), 2: ("recv", True)}
+    assert sides[("pp:p2p:2-5", 5)] == {1: ("recv", True), 2: ("send", True)}
+    assert {m.rank for m in result.messages if m.comm == "pp:p2p:2-5" and m.global_rank == 5} == {1}
+    # The coalesced allreduce is one completed operation of 2 x 32 bytes; seq 2 in flight on
+    # rank 5 and not entered on rank 2.
+    assert sides[("dp", 5)] == {1: ("allreduce", True), 2: ("allreduce", False)}
+    assert sides[("dp", 2)] == {1: ("allreduce", True)}
+    assert {b for m in result.messages if m.comm == "dp" for b in m.ops.bytes} == {64, 32}
+
+
+def test_p2p_seq_per_pair_in_a_larger_group_with_dropped_entries(tmp_path: Path) -> None:
+    # Group "w" of 3 ranks; rank 1 is a middle pipeline stage: recv from 0, send to 2, each
+    # step. p2p_seq_id counts rank 1's operations with both peers. Rank 1's and rank 2's ring
+    # buffers dropped their oldest entries (record_id does not start at 0); rank 0's did not.
+    folder = tmp_path / "dumps"
+    config = {"w": {"name": "w", "desc": "w", "ranks": "[0, 1, 2]"}}
+    steps = 6
+    for rank in range(3):
+        entries = []
+        record = 0
+        for step in range(steps):
+            t = T0 + step * 100 * MS
+            names: list[tuple[str, int]] = []
+            if rank == 0:
+                names = [("nccl:send 0->1", t)]
+            elif rank == 1:
+                names = [("nccl:recv 1<-0", t + MS), ("nccl:send 1->2", t + 50 * MS)]
+            else:
+                names = [("nccl:recv 2<-1", t + 51 * MS)]
+            for name, created in names:
+                record += 1
+                entries.append(_nccl(record - 1, "w", name, created, p2p_seq=record))
+        keep = {0: 0, 1: 5, 2: 2}[rank]
+        _write(folder, rank, entries[keep:], config)
+    result = convert(read_folder(folder), "j")
+    assert result.skipped == []
+    sides = _ops_by_side(result.messages)
+    # Pair 0-1: rank 0 holds steps 0..5, rank 1 holds steps 3..5 (its recvs): same seqs.
+    assert sides[("w:p2p:0-1", 0)] == {s: ("send", True) for s in range(4, 7)}
+    assert sides[("w:p2p:0-1", 1)] == {s: ("recv", True) for s in range(4, 7)}
+    # Pair 1-2: both lost entries; aligned by the times of the calls, not by position.
+    one, two = sides[("w:p2p:1-2", 1)], sides[("w:p2p:1-2", 2)]
+    assert set(one) == set(two) and len(one) == 4  # steps 2..5 on both
+    assert all(op == "send" for op, _ in one.values())
