@@ -11,9 +11,11 @@ The messages rebuild what a live agent would have sent from that rank: one messa
 communicator per interval from the rank's first recorded operation up to the moment it
 wrote the dump (the file's modification time), each operation reported when it was entered
 (``end_ns`` null while in flight) and again when it completed. Point-to-point operations go
-to the pair's own communicator (``<name>:p2p:<lo>-<hi>``) with a per-pair ``seq``.
-Completed operations without a completion time (gloo records none) get ``end_ns`` =
-``enter_ns``: they finished, when is unknown.
+to the pair's own communicator (``<name>:p2p:<lo>-<hi>``) with a per-pair ``seq``
+(``_pair_seqs``; Flight Recorder's ``p2p_seq_id`` counts a rank's operations of the whole
+group). Completed operations without a completion time (gloo records none) get ``end_ns`` =
+``enter_ns``: they finished, when is unknown. A rank may have several dumps (one per
+backend: torch keeps one recorder per backend name).
 """
 
 from __future__ import annotations
