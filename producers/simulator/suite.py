@@ -204,7 +204,7 @@ def _fault(
     elif kind == "link_down":
         fault |= {"node": node, "port": port}
     else:
-        link = _shared_link(cluster, rng)
+        link = shared_link(cluster, rng)
         if link is None:
             return None
         fault["link"] = link
@@ -213,7 +213,7 @@ def _fault(
     return fault
 
 
-def _shared_link(cluster: Cluster, rng: random.Random) -> str | None:
+def shared_link(cluster: Cluster, rng: random.Random) -> str | None:
     """A fabric link that ring connections of two or more (unordered) leaf pairs cross."""
     leaf_of = {
         f"{node.id}/{port.id}": port.leaf for node in cluster.topology.nodes for port in node.ports
