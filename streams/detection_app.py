@@ -25,6 +25,7 @@ from typing import Any
 import faust
 import orjson
 from aiokafka.partitioner import murmur2
+from faust.streams import current_event
 
 from schemas.base import C4Model
 from schemas.codec import encode
@@ -38,7 +39,7 @@ from streams.core.job import SlowPath
 from streams.core.params import DetectorParams
 from streams.core.snapshot import SnapshotError, decode_state, encode_state
 from streams.durable import DurableDetection
-from streams.live import LiveDetection
+from streams.live import InputLag, LiveDetection
 from streams.metrics import StreamMetrics
 from streams.shared import TableFacts
 
@@ -116,6 +117,8 @@ def create_detection_app(
     names.update(config.topic_names)
     holder: dict[str, Any] = {}
     fabric_topic_name = f"{config.app_id}-fabric-paths"
+    lag = InputLag(lambda key: partition_of(key, config.partitions))
+    kind_of_topic = {names[topic.kind]: topic.kind for topic in INPUT_TOPICS}
 
     def owns(kind: str, key: str) -> bool:
         topic = names["collective"] if kind == "job" else names["link"]
@@ -128,6 +131,9 @@ def create_detection_app(
             await holder["diagnoses"].send(key=key.encode(), value=encode(diagnosis))
 
     async def feed(key: str | None, message: C4Model) -> None:
+        event = current_event()
+        if event is not None:
+            lag.record(event.message.tp, event.message.offset)
         found = holder["durable"].on_message(message)
         holder["facts"].learn(message, holder["durable"].engine)
         await publish(found)
@@ -173,7 +179,12 @@ def create_detection_app(
     )
     facts = TableFacts(shared)
     engine = Engine(
-        config.params, config.job_params, config.topology, shared=facts, local_fabric=False
+        config.params,
+        config.job_params,
+        config.topology,
+        shared=facts,
+        local_fabric=False,
+        progress=lag,
     )
     live = LiveDetection(engine, clock_rate=config.clock_rate, metrics=metrics)
     durable = DurableDetection(
@@ -208,6 +219,7 @@ def create_detection_app(
             await publish(fabric.on_report(value))
 
     async def tick() -> None:
+        _measure_progress(app, lag, kind_of_topic)
         found = durable.on_timer()
         await publish(found)
         changed = durable.engine.drain_slow_paths()
@@ -226,6 +238,7 @@ def create_detection_app(
     @app.on_partitions_revoked.connect
     async def forget(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         revoked = args[0] if args else kwargs.get("revoked", set())
+        lag.reset()
         gone = {tp.partition for tp in revoked if tp.topic == names["collective"]}
         gone_nodes = {tp.partition for tp in revoked if tp.topic == names["link"]}
         durable.on_revoked(
@@ -287,6 +300,26 @@ class _FabricSide:
             self.hub.restore(decode_state(blob))
         except (SnapshotError, KeyError, TypeError, ValueError) as error:
             log.warning("fabric correlator state unreadable, relearning: %s", error)
+
+
+def _measure_progress(app: faust.App, lag: InputLag, kind_of_topic: Mapping[str, str]) -> None:
+    """Which assigned input partitions hold records not processed yet (see `InputLag`)."""
+    consumer = app.consumer
+    assigned = [tp for tp in consumer.assignment() if tp.topic in kind_of_topic]
+    if not assigned:
+        return  # not assigned yet (or nothing to read): unknown, not caught up
+    committed = getattr(consumer, "_committed_offset", {})
+    behind: dict[str, set[int]] = {kind: set() for kind in kind_of_topic.values()}
+    for tp in assigned:
+        try:
+            highwater = consumer.highwater(tp)
+        except Exception as error:  # noqa: BLE001 - unknown counts as behind
+            log.debug("no high watermark for %s: %s", tp, error)
+            highwater = None
+        done = max(lag.processed.get(tp, 0), committed.get(tp) or 0)
+        if highwater is None or done < highwater:
+            behind[kind_of_topic[tp.topic]].add(tp.partition)
+    lag.update(behind)
 
 
 async def _record_lag(app: faust.App, metrics: StreamMetrics) -> None:

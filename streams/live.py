@@ -4,7 +4,7 @@ while the stream is silent, so hangs and node_down fire even when nothing arrive
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,56 @@ class LiveCounters:
     messages: int = 0
     too_late: int = 0
     diagnoses: int = 0
+
+
+class InputLag:
+    """Which of a worker's input partitions still hold records it has not processed.
+
+    The engine's `InputProgress` for a live worker: a partition is behind while the next
+    offset to process is below its high watermark (the broker's end of the log, as the last
+    fetch said). Kafka orders records only within a partition; a backlog published in one
+    burst reaches the worker topic by topic and partition in any order, so a conclusion
+    that joins a job's reports with a node's link reports, or a part with its job's
+    placement, waits while the other side is behind (as Kafka Streams waits for a task's
+    lagging partitions before it processes the others in time order). Until the first
+    measurement after an assignment everything counts as behind.
+    """
+
+    def __init__(self, partition_of: Callable[[str], int]) -> None:
+        self._partition_of = partition_of
+        self._behind: dict[str, frozenset[int]] | None = None
+        self.processed: dict[Any, int] = {}  # topic partition -> next offset to process
+
+    def record(self, tp: Any, offset: int) -> None:
+        """A record of ``tp`` at ``offset`` was processed."""
+        if offset >= self.processed.get(tp, 0):
+            self.processed[tp] = offset + 1
+
+    def update(self, behind: Mapping[str, set[int]]) -> None:
+        """The partitions (by input kind) found behind now."""
+        self._behind = {kind: frozenset(parts) for kind, parts in behind.items()}
+
+    def reset(self) -> None:
+        """Partitions moved (a rebalance): unknown again until measured."""
+        self._behind = None
+
+    def _pending(self, kind: str) -> frozenset[int] | None:
+        return None if self._behind is None else self._behind.get(kind, frozenset())
+
+    def placements_pending(self) -> bool:
+        """Some partition of the job topic is behind (or not measured yet)."""
+        parts = self._pending("job")
+        return parts is None or bool(parts)
+
+    def hardware_behind(self) -> bool:
+        """Some partition of the link topic is behind (or not measured yet)."""
+        parts = self._pending("link")
+        return parts is None or bool(parts)
+
+    def hardware_pending(self, node: str) -> bool:
+        """The link partition of ``node`` is held here and behind (or not measured yet)."""
+        parts = self._pending("link")
+        return parts is None or self._partition_of(node) in parts
 
 
 class LiveDetection:
@@ -101,17 +151,22 @@ class LiveDetection:
         self.metrics.tracked_jobs.set(len(self.engine.jobs))
 
     def on_timer(self) -> list[Diagnosis]:
-        """Advance event time by the wall time since the latest message; run due checks."""
+        """Advance event time by the wall time since the latest message; run due checks.
+
+        What waited for other inputs to catch up (the engine's held jobs and deferred
+        hardware findings) is judged again on every tick, silent or not.
+        """
         if self._latest_event_ns == 0:
             return []
         self.metrics.event_time.set(self.engine.now_ns / NS_PER_S)
         self.metrics.tracked_jobs.set(len(self.engine.jobs))
+        found = self.engine.recheck()
         elapsed_s = self._monotonic() - self._wall_at_latest - self.silence_grace_s
-        if elapsed_s <= 0:
-            return []
-        now_ns = self._latest_event_ns + int(elapsed_s * self.clock_rate * NS_PER_S)
-        found = self.engine.advance(now_ns)
-        self._observe(found)
+        if elapsed_s > 0:
+            now_ns = self._latest_event_ns + int(elapsed_s * self.clock_rate * NS_PER_S)
+            found.extend(self.engine.advance(now_ns))
+        if found:
+            self._observe(found)
         return found
 
 

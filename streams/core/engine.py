@@ -17,7 +17,7 @@ from streams.core.fabric import FabricCorrelator
 from streams.core.hardware import HardwareMonitor
 from streams.core.job import JobDetector, SlowPath
 from streams.core.params import DetectorParams
-from streams.core.places import PlacementIndex, PortHealth, Routes
+from streams.core.places import PlacementIndex, PortHealth, Routes, port_id
 
 
 class RouteBook:
@@ -76,6 +76,29 @@ class SharedFacts(Protocol):
         ...
 
 
+class InputProgress(Protocol):
+    """Live: which inputs may still hold records older than what was processed already.
+
+    A replay reads every record in event-time order and needs none of this. A live worker
+    reads its partitions in whatever order the broker hands them out: after an outage or at
+    start-up, a whole topic's backlog can come before another's. A conclusion that joins a
+    job's reports with facts or hardware reports from another topic waits while those may
+    still be behind, so that it is the one the replay draws (streams.live.InputLag).
+    """
+
+    def placements_pending(self) -> bool:
+        """Placements (the job topic) may still come that are older than the data seen."""
+        ...
+
+    def hardware_behind(self) -> bool:
+        """Some node's link reports may still come (``hardware_pending`` of any node)."""
+        ...
+
+    def hardware_pending(self, node: str) -> bool:
+        """A node's link reports may still come that are older than the data seen."""
+        ...
+
+
 class _SharedPortHealth:
     """Port health from this engine's own monitor, else from the shared facts."""
 
@@ -106,7 +129,10 @@ class Engine:
 
     ``shared`` supplies what other partitions learnt (live, scaled out). With
     ``local_fabric`` False the fabric correlator runs elsewhere: the engine only collects
-    each job's slow paths when they change (``drain_slow_paths``).
+    each job's slow paths when they change (``drain_slow_paths``). ``progress`` (live only)
+    says which inputs may still be behind: a job with a hang whose suspects depend on its
+    ports' link reports is not judged while those reports may still come (``held``), and a
+    hardware finding on a part of no known job waits while placements may still come.
     """
 
     def __init__(
@@ -117,6 +143,7 @@ class Engine:
         *,
         shared: SharedFacts | None = None,
         local_fabric: bool = True,
+        progress: InputProgress | None = None,
     ) -> None:
         self.params = params or DetectorParams()
         self._job_params = {
@@ -134,7 +161,13 @@ class Engine:
             def job_of_gpu(gpu: str) -> str | None:
                 return self.placements.job_of_gpu(gpu) or facts.job_of_gpu(gpu)
 
-        self.hardware = HardwareMonitor(self.params, job_of_port, job_of_gpu)
+        self.progress = progress
+        self.hardware = HardwareMonitor(
+            self.params,
+            job_of_port,
+            job_of_gpu,
+            placements_pending=progress.placements_pending if progress else lambda: False,
+        )
         self._port_health: PortHealth = (
             self.hardware if shared is None else _SharedPortHealth(self.hardware, shared)
         )
@@ -146,6 +179,9 @@ class Engine:
         self.counts: dict[str, int] = {}
         self._reported_paths: dict[str, list[SlowPath]] = {}
         self._changed_paths: dict[str, list[SlowPath]] = {}
+        # Jobs whose last check was held back for their ports' link reports (live only).
+        self.held: set[str] = set()
+        self._held_check_ns = 0
 
     @property
     def now_ns(self) -> int:
@@ -179,12 +215,18 @@ class Engine:
                 out.extend(self._check_job(message.job, detector, self.now_ns))
         elif isinstance(message, Link):
             out.extend(self.hardware.on_link(message))
+            if self.held and message.ts_ns >= self._held_check_ns:
+                # The link reports a held job waits for may be these: look again, once a
+                # tick of their time.
+                self._held_check_ns = message.ts_ns + self.params.tick_ns
+                out.extend(self.recheck())
         elif isinstance(message, Gpu):
             out.extend(self.hardware.on_gpu(message))
         elif isinstance(message, Job):
             self.placements.update(message)
             if message.state == "stopped":
                 stopped = self.jobs.pop(message.job, None)
+                self.held.discard(message.job)
                 if stopped is not None:
                     out.extend(stopped.close(message.ts_ns))
             else:
@@ -215,7 +257,60 @@ class Engine:
             out.extend(self.fabric.check(now_ns, slow_paths))
         return out
 
+    def recheck(self) -> list[Diagnosis]:
+        """Judge again what waited for other inputs (held jobs, hardware of no known job)."""
+        out = self.hardware.release_deferred(self.now_ns)
+        for job in sorted(self.held):
+            detector = self.jobs.get(job)
+            if detector is None:
+                self.held.discard(job)
+            else:
+                out.extend(self._check_job(job, detector, self.now_ns))
+        return out
+
+    def _awaits_hardware(self, detector: JobDetector, now_ns: int) -> bool:
+        """A hang is due whose suspects come from link reports that may still be behind.
+
+        Which port of a stalled communicator is down is read from the hardware monitor: it
+        must have the link reports up to the time the hang is due, as a replay has them.
+        Only while those reports may still come (``progress``); a node that stopped
+        reporting in the job's data is not waited for (it is down, its agent too).
+        """
+        progress = self.progress
+        if progress is None or not progress.hardware_behind():
+            return False
+        silent = detector.params.silent_after_ns
+        data_now = max(
+            (m.last_seen_ns for tracker in detector.comms.values() for m in tracker.members),
+            default=-1,
+        )
+        if data_now < 0:
+            return False
+        now_ns = min(now_ns, data_now + silent)
+        for tracker in detector.comms.values():
+            hang = tracker.hang(now_ns)
+            if hang is None or hang.kind != "comm":
+                continue
+            due = hang.since_ns + detector.params.hang_after_ns(tracker.median_op_ns())
+            for member in tracker.members:
+                node, port = member.node, member.port
+                rank = member.global_rank
+                if rank is not None and (place := detector.placement.get(rank)) is not None:
+                    node, port = node or place.node, port or place.port
+                if node is None or port is None or member.last_seen_ns < data_now - silent:
+                    continue
+                if not progress.hardware_pending(node):
+                    continue
+                reported = self.hardware.reported_at(port_id(node, port))
+                if reported is None or reported < due:
+                    return True
+        return False
+
     def _check_job(self, job: str, detector: JobDetector, now_ns: int) -> list[Diagnosis]:
+        if self._awaits_hardware(detector, now_ns):
+            self.held.add(job)
+            return []
+        self.held.discard(job)
         found = detector.check(now_ns)
         if not self.local_fabric and detector.slow_paths != self._reported_paths.get(job, []):
             self._reported_paths[job] = list(detector.slow_paths)
@@ -246,6 +341,7 @@ class Engine:
     def drop_job(self, job: str) -> None:
         """Forget a job whose partition moved to another worker."""
         self.jobs.pop(job, None)
+        self.held.discard(job)
         self.placements.forget(job)
         self._reported_paths.pop(job, None)
         self._changed_paths.pop(job, None)

@@ -39,10 +39,16 @@ class HardwareMonitor:
         params: DetectorParams,
         job_of_port: Callable[[str], str | None],
         job_of_gpu: Callable[[str], str | None],
+        placements_pending: Callable[[], bool] = lambda: False,
     ) -> None:
         self.params = params
         self._job_of_port = job_of_port
         self._job_of_gpu = job_of_gpu
+        # Live, while placements may still be on their way (the worker has not caught up on
+        # the job topic), a finding on a part of no known job waits for them: otherwise its
+        # job would depend on which topic the worker happened to read first.
+        self._placements_pending = placements_pending
+        self._deferred: dict[tuple[str, str], _Deferred] = {}
         self._ports: dict[str, PortState] = {}
         self._gpu_faults: dict[str, int] = {}  # gpu id -> last hardware error ts
         self._ecc: dict[str, int] = {}
@@ -59,6 +65,11 @@ class HardwareMonitor:
         """The port is degraded by its counters."""
         state = self._ports.get(port)
         return state is not None and state.degraded
+
+    def reported_at(self, port: str) -> int | None:
+        """Event time of the port's latest report held here; None if none came."""
+        state = self._ports.get(port)
+        return None if state is None else state.ts_ns
 
     # --- input -----------------------------------------------------------------------
     def on_link(self, message: Link) -> list[Diagnosis]:
@@ -111,13 +122,41 @@ class HardwareMonitor:
         owner = self._owner.get((cls, key))
         if owner is None:
             lookup = self._job_of_gpu if suspects[0].type == "gpu" else self._job_of_port
-            owner = (lookup(key),)
+            job = lookup(key)
+            if job is None and self._placements_pending():
+                self._deferred.setdefault((cls, key), _Deferred(cls, onset, suspects, evidence))
+                return
+            owner = (job,)
             self._owner[(cls, key)] = owner
+            deferred = self._deferred.pop((cls, key), None)
+            if deferred is not None:
+                onset, evidence = deferred.onset, deferred.evidence
         fired = self.book.fire(owner[0], cls, key, onset, now, suspects, evidence)
         if fired is not None:
             out.append(fired)
 
+    def release_deferred(self, now: int) -> list[Diagnosis]:
+        """Fire the deferred findings whose job is known now, or all once none can come."""
+        out: list[Diagnosis] = []
+        pending = self._placements_pending()
+        for (_, key), deferred in list(self._deferred.items()):
+            lookup = self._job_of_gpu if deferred.suspects[0].type == "gpu" else self._job_of_port
+            if not pending or lookup(key) is not None:
+                self._fire_deferred(out, key, deferred, now)
+        return out
+
+    def _fire_deferred(self, out: list[Diagnosis], key: str, deferred: _Deferred, now: int) -> None:
+        del self._deferred[(deferred.cls, key)]
+        lookup = self._job_of_gpu if deferred.suspects[0].type == "gpu" else self._job_of_port
+        self._owner[(deferred.cls, key)] = (lookup(key),)
+        self._fire(
+            out, deferred.cls, key, deferred.onset, now, deferred.suspects, deferred.evidence
+        )
+
     def _resolve(self, out: list[Diagnosis], cls: str, key: str, now: int) -> None:
+        deferred = self._deferred.get((cls, key))
+        if deferred is not None:  # it fired (as a replay would have said), then resolves
+            self._fire_deferred(out, key, deferred, now)
         owner = self._owner.pop((cls, key), None)
         if owner is not None and (resolved := self.book.resolve(owner[0], cls, key, now)):
             out.append(resolved)
@@ -241,16 +280,28 @@ class HardwareMonitor:
                 del table[key]
         for cls, key in [ck for ck in self._owner if node_of(ck[1]) == node]:
             del self._owner[(cls, key)]
+        for cls, key in [ck for ck in self._deferred if node_of(ck[1]) == node]:
+            del self._deferred[(cls, key)]
         self.book.drop(lambda key: node_of(key) == node)
 
     def check(self, now_ns: int) -> list[Diagnosis]:
         """Resolve GPU faults after a long time without a new hardware error."""
-        out: list[Diagnosis] = []
+        out = self.release_deferred(now_ns) if self._deferred else []
         for gid, last in list(self._gpu_faults.items()):
             if now_ns - last >= GPU_FAULT_CLEAR_NS:
                 del self._gpu_faults[gid]
                 self._resolve(out, "gpu_fault", gid, now_ns)
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Deferred:
+    """A hardware finding waiting for the placement of its part (see `HardwareMonitor`)."""
+
+    cls: DiagnosisClass
+    onset: int
+    suspects: tuple[SuspectScore, ...]
+    evidence: dict[str, Any]
 
 
 def node_of(part: str) -> str:
