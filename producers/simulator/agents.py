@@ -187,12 +187,19 @@ class NodeAgent:
             member.port.tx += out_bytes
             member.port.rx += in_bytes
             local = member.port.local
-            conns = Conns.model_construct(
-                peer=((idx + 1) % size, prev),
-                port=(local, local),
-                bytes=(out_bytes, in_bytes),
-                busy_ns=(out_busy, in_busy),
-            )
+            if size == 2:
+                # A pair's two directions are two connections to the same peer: each member
+                # reports the one it sends on (the other member reports the way back).
+                conns = Conns.model_construct(
+                    peer=(prev,), port=(local,), bytes=(out_bytes,), busy_ns=(out_busy,)
+                )
+            else:
+                conns = Conns.model_construct(
+                    peer=((idx + 1) % size, prev),
+                    port=(local, local),
+                    bytes=(out_bytes, in_bytes),
+                    busy_ns=(out_busy, in_busy),
+                )
         return Collective.model_construct(
             v=1,
             kind="collective",

@@ -131,7 +131,7 @@ def _healthy(rng: random.Random, name: str, index: int, trap: str, max_nodes: in
         jobs[0]["parallel"]["gpu_spread"] = 0.02
         jobs[0]["jitter"] = 0.02
     if trap == "loader_stalls":
-        jobs[0]["parallel"]["loader_stall"] = round(rng.uniform(0.05, 0.2), 3)
+        jobs[0]["parallel"]["loader_stall"] = round(rng.uniform(0.01, 0.05), 3)
     case["jobs"] = jobs
     if trap in ("pauses", "mixed"):
         # Checkpoints and evaluation runs: every rank stops issuing work for a while.

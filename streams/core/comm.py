@@ -427,6 +427,10 @@ class CommTracker:
             tracker.syncs = [(int(q), [int(e) for e in ends]) for q, ends in syncs]
         return tracker
 
+    def conn_history(self) -> list[ConnSample]:
+        """Every connection sample kept, of every rank."""
+        return [sample for samples in self.conns.values() for sample in samples]
+
     def recent_conns(self, intervals: int = 3) -> list[ConnSample]:
         """Each rank's connection samples of its last few reports."""
         found: list[ConnSample] = []

@@ -18,7 +18,7 @@ members, after what its all-to-all bytes explain (an expert computes in proporti
 tokens it got, and sends as many back: the busiest expert is load, not hardware; the slope is
 fitted across the window's members, robust to a slow one). A window in which it completed no
 operation (it stopped: a hang's business) is not judged. A
-straggler is a rank whose median ratio over its last judged windows is high: late
+straggler is a rank whose ratio is high in most of its last judged windows: late
 persistently, across iterations; a data loader stall or a hot expert lasts a window or two.
 """
 
@@ -37,6 +37,8 @@ SLICE_PATIENCE = 3
 # (peers waiting the whole slice out say nothing about anybody's speed).
 MIN_PEER_COMPUTE_SHARE = 0.05
 MAX_OPS_KEPT = 8192
+# The ratio of a rank is this quantile of its judged windows: two thirds of them high.
+PERSISTENT_QUANTILE = 0.34
 # All-to-all bytes of a window's members must differ by this factor to fit a load slope;
 # the fit takes at most this many members (evenly spread by bytes).
 MIN_LOAD_SPREAD = 1.02
@@ -232,7 +234,9 @@ class ComputeTracker:
             recent = [v for v in verdicts if v[1] is not None][-window:]
             if len(recent) < least:
                 continue
-            ratio = median(v[1] for v in recent if v[1] is not None)
+            # Most of them high, not half: a stall lasts a window or two, a slow GPU all.
+            ranked = sorted(v[1] for v in recent if v[1] is not None)
+            ratio = ranked[int(len(ranked) * PERSISTENT_QUANTILE)]
             if ratio < threshold:
                 continue
             since = recent[-1][0]

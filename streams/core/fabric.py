@@ -87,17 +87,24 @@ class FabricCorrelator:
             else:
                 vias[flow] = known
         self.vias = vias
+        open_keys = self.book.open_keys(None, "link_degraded")
+        named: set[str] = set()
         for flow, path in current.items():
             if now_ns - vias[flow][1] < REROUTE_SETTLE_NS:
                 continue
             if path.moved_ns is not None and now_ns - path.moved_ns < REROUTE_SETTLE_NS:
                 continue
+            candidates = self._candidates(path)
+            naming = next((key for key in open_keys if self._explains(key, candidates)), None)
+            if naming is not None:
+                # Explained by what is already named: it votes for nothing else.
+                named.add(naming)
+                continue
             exact = exact and path.via is not None
-            for link in self._candidates(path):
+            for link in candidates:
                 votes[link] += 1
                 jobs[link].add(path.job)
         out: list[Diagnosis] = []
-        named: set[str] = set()
         if votes:
             best, count = votes.most_common(1)[0]
             tied = [link for link, n in votes.items() if n == count]
@@ -132,6 +139,14 @@ class FabricCorrelator:
                 if resolved := self.book.resolve(None, "link_degraded", key, now_ns):
                     out.append(resolved)
         return out
+
+    def _explains(self, key: str, links: set[str]) -> bool:
+        """Whether an open finding (a link, or a switch at one end) lies on these links."""
+        if key in links:
+            return True
+        return any(
+            key in pair for pair, name in self._link_of.items() if name in links
+        )
 
     def _shared_switch(self, links: list[str]) -> SuspectScore | None:
         ends: Counter[str] = Counter()

@@ -8,7 +8,7 @@ from statistics import median
 from typing import Any
 
 from schemas.messages import Collective, Diagnosis, Job, RankPlace
-from streams.core.comm import NOT_YET, CommTracker, Hang, Member
+from streams.core.comm import NOT_YET, CommTracker, ConnSample, Hang, Member
 from streams.core.compute import ComputeTracker
 from streams.core.findings import FindingBook, SuspectScore
 from streams.core.params import DetectorParams
@@ -16,6 +16,13 @@ from streams.core.places import PortHealth, Routes, gpu_id, port_id, rank_id
 
 HANG_KEY = "hang"
 MULTI_SUSPECT_PATIENCE_NS = 1_000_000_000
+# Job-wide port vote: a port is slow when at least this many of its connections, and this
+# share of all it carries, are slow against the job-wide baseline of their kind.
+JOB_VOTE_MIN_CONNS = 3
+JOB_VOTE_SHARE = 0.75
+JOB_VOTE_EVERY_NS = 1_000_000_000
+# A slow connection is slow against its own past too: this quantile of its kept samples.
+HISTORY_QUANTILE = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,9 @@ class JobDetector:
         self.placement: dict[int, RankPlace] = {}
         self.book = FindingBook()
         self.compute = ComputeTracker(params.straggler_slice_ns)
+        self._vote: tuple[int, dict[str, float], list[SlowPath]] | None = None
+        # comm/rank->peer -> (reference throughput, the move it was measured after)
+        self._conn_ref: dict[str, tuple[float, int]] = {}
         self._anchors_of = -1  # how many communicators the anchor groups were chosen from
         self._slow_keys: dict[str, str] = {}  # comm -> open comm_slow key
         self.slow_paths: list[SlowPath] = []
@@ -413,20 +423,31 @@ class JobDetector:
                 out.append(resolved)
 
     def _check_slowdowns(self, now_ns: int, out: list[Diagnosis]) -> None:
-        self.slow_paths = []
+        # Slow connections that no port explains are the fabric correlator's evidence
+        # whether or not this job's operations slowed yet (a ring hides a slow hop behind
+        # its latency on small messages): those each group singles out, and those slow
+        # against the whole job (a group whose every connection is slow has no outlier).
+        job_ports, job_paths = self._job_vote(now_ns)
+        found: dict[str, SlowPath] = {path.flow: path for path in job_paths}
         for tracker in self.comms.values():
             slowdowns = tracker.slowdowns()
-            # Slow connections that no port explains are the fabric correlator's evidence
-            # whether or not this job's operations slowed yet (a ring hides a slow hop
-            # behind its latency on small messages).
             suspects, paths = self._slow_suspects(tracker)
-            self.slow_paths.extend(paths)
+            if not suspects:
+                mine = {p for p in map(self._port_of, tracker.members) if p in job_ports}
+                if mine:
+                    port = max(sorted(mine), key=lambda p: job_ports[p])
+                    suspects, paths = (SuspectScore("port", port, job_ports[port]),), []
+            for path in paths:
+                if path.src_port not in job_ports and path.dst_port not in job_ports:
+                    found.setdefault(path.flow, path)
             key = self._slow_keys.get(tracker.comm)
             if not slowdowns:
                 if key is not None:
                     del self._slow_keys[tracker.comm]
-                    if resolved := self.book.resolve(self.job, "comm_slow", key, now_ns):
-                        out.append(resolved)
+                    if key not in self._slow_keys.values() and (
+                        resolved := self.book.resolve(self.job, "comm_slow", key, now_ns)
+                    ):
+                        out.append(resolved)  # no other group is slow for the same cause
                 continue
             if key is not None:
                 continue
@@ -448,14 +469,41 @@ class JobDetector:
                 "throughput": self._throughput_matrix(tracker),
             }
             self._fire(out, "comm_slow", key, worst.since_ns, now_ns, suspects, evidence)
+        self.slow_paths = list(found.values())
 
-    def _slow_suspects(
-        self, tracker: CommTracker
-    ) -> tuple[tuple[SuspectScore, ...], list[SlowPath]]:
-        """A port two slow connections share, or else the slow connections' paths."""
+    def _fell(
+        self, tracker: CommTracker, now: dict[tuple[int, int], float]
+    ) -> set[tuple[int, int]]:
+        """Connections of a group slower than they were on their current path.
+
+        A connection slow for good (two flows ECMP put on one link) is slow against the
+        others, not against itself. Its reference is a high quantile of its kept samples,
+        frozen while it is slow against it, so a fault that lasts stays visible after the
+        samples from before it are gone.
+        """
+        history = self._conn_throughput(tracker, tracker.conn_history(), HISTORY_QUANTILE)
+        share = self.params.slow_conn_share
+        fell = set()
+        for conn, value in now.items():
+            key = f"{tracker.comm}/{conn[0]}->{conn[1]}"
+            moved = self._routes.moved_at(f"{self.job}/{key}") or 0
+            known = self._conn_ref.get(key)
+            ref = history.get(conn, value)
+            if known is not None and known[1] == moved and value < share * known[0]:
+                ref = known[0]  # still slow: the reference from before it fell holds
+            self._conn_ref[key] = (ref, moved)
+            if value < share * ref:
+                fell.add(conn)
+        return fell
+
+    def _conn_throughput(
+        self, tracker: CommTracker, samples: list[ConnSample] | None = None, q: float = 0.5
+    ) -> dict[tuple[int, int], float]:
+        """Throughput of each connection of a group on its current path: the ``q``
+        quantile of its recent samples (or of ``samples``)."""
         throughput: dict[tuple[int, int], list[float]] = {}
         moved: dict[tuple[int, int], int | None] = {}
-        for sample in tracker.recent_conns():
+        for sample in tracker.recent_conns() if samples is None else samples:
             conn = (sample.rank, sample.peer)
             if conn not in moved:
                 flow = f"{self.job}/{tracker.comm}/{sample.rank}->{sample.peer}"
@@ -464,12 +512,79 @@ class JobDetector:
             if since is not None and sample.ts_ns < since:
                 continue  # measured on the path it had before a reroute: not this path's
             if sample.busy_ns > 0:
-                throughput.setdefault((sample.rank, sample.peer), []).append(
-                    sample.nbytes / sample.busy_ns
-                )
-        if not throughput:
+                throughput.setdefault(conn, []).append(sample.nbytes / sample.busy_ns)
+        if q == 0.5:
+            return {conn: median(values) for conn, values in throughput.items()}
+        return {
+            conn: sorted(values)[min(len(values) - 1, int(q * len(values)))]
+            for conn, values in throughput.items()
+        }
+
+    def _job_vote(self, now_ns: int) -> tuple[dict[str, float], list[SlowPath]]:
+        """Ports slow in (nearly) every connection they carry, over all the job's groups,
+        and the slow connections that no such port explains (evidence for their paths).
+
+        Each connection is held against the job-wide baseline of its kind of group (same
+        size, collective or point-to-point: the same share of the fabric). A port whose
+        connections are slow in most of its groups is the culprit, whether or not its
+        error counters move (they raise the score); a slow fabric link slows only the
+        connections that cross it, a port's neighbours have their other connections fast.
+        Voted at most once a second of event time (it reads every connection).
+        """
+        if self._vote is not None and now_ns - self._vote[0] < JOB_VOTE_EVERY_NS:
+            return self._vote[1], self._vote[2]
+        samples: list[tuple[tuple[int, bool], float, CommTracker, int, int]] = []
+        fell: set[tuple[str, int, int]] = set()  # connections slower than they were
+        for tracker in self.comms.values():
+            kind = (tracker.size, ":p2p:" in tracker.comm)
+            now = self._conn_throughput(tracker)
+            fell.update((tracker.comm, r, p) for r, p in self._fell(tracker, now))
+            for (rank, peer), value in now.items():
+                if rank < tracker.size and peer < tracker.size:
+                    samples.append((kind, value, tracker, rank, peer))
+        by_kind: dict[tuple[int, bool], list[float]] = {}
+        for kind, value, *_ in samples:
+            by_kind.setdefault(kind, []).append(value)
+        typical = {kind: median(values) for kind, values in by_kind.items()}
+        carried: Counter[str] = Counter()
+        slow: Counter[str] = Counter()
+        slow_conns: list[tuple[CommTracker, int, int, str, str]] = []
+        for kind, value, tracker, rank, peer in samples:
+            src = self._port_of(tracker.members[rank])
+            dst = self._port_of(tracker.members[peer])
+            if src is None or dst is None:
+                continue
+            is_slow = value < typical[kind] * self.params.slow_conn_share
+            for port in {src, dst}:
+                carried[port] += 1
+                slow[port] += is_slow
+            if is_slow and (tracker.comm, rank, peer) in fell:
+                slow_conns.append((tracker, rank, peer, src, dst))
+        ports = {
+            port: (0.97 if self._ports.errors_rising(port) else 0.9)
+            for port, count in slow.items()
+            if count >= JOB_VOTE_MIN_CONNS and count >= JOB_VOTE_SHARE * carried[port]
+        }
+        if len(ports) > max(2, len(carried) // 4):
+            ports = {}  # slow nearly everywhere: no port singled out
+        paths = []
+        if len(slow_conns) <= max(4, len(samples) // 4):
+            for tracker, rank, peer, src, dst in slow_conns:
+                if src in ports or dst in ports:
+                    continue
+                flow = f"{self.job}/{tracker.comm}/{rank}->{peer}"
+                via, moved = self._routes.via(flow), self._routes.moved_at(flow)
+                paths.append(SlowPath(self.job, flow, src, dst, via, moved))
+        self._vote = (now_ns, ports, paths)
+        return ports, paths
+
+    def _slow_suspects(
+        self, tracker: CommTracker
+    ) -> tuple[tuple[SuspectScore, ...], list[SlowPath]]:
+        """A port two slow connections share, or else the slow connections' paths."""
+        per_conn = self._conn_throughput(tracker)
+        if not per_conn:
             return (), []
-        per_conn = {conn: median(values) for conn, values in throughput.items()}
         typical = median(per_conn.values())
         slow = [c for c, tp in per_conn.items() if tp < typical * self.params.slow_conn_share]
         if not slow or len(slow) > max(4, len(per_conn) // 4):
@@ -486,7 +601,10 @@ class JobDetector:
                 score = 0.97 if self._ports.errors_rising(port) else 0.9
                 return (SuspectScore("port", port, score),), []
         paths = []
+        fell = self._fell(tracker, per_conn)
         for rank, peer in slow:
+            if (rank, peer) not in fell:
+                continue  # as slow as it always was (a share of a busy link): no new fault
             src, dst = self._port_of(tracker.members[rank]), self._port_of(tracker.members[peer])
             if src is None or dst is None:
                 continue
@@ -521,6 +639,7 @@ class JobDetector:
             "comms": {comm: tracker.state() for comm, tracker in self.comms.items()},
             "findings": self.book.state(),
             "compute": self.compute.state(),
+            "conn_ref": self._conn_ref,
             "slow_keys": self._slow_keys,
             "back": self._back_ns,
         }
@@ -536,6 +655,8 @@ class JobDetector:
         self.book.restore(state["findings"])
         if "compute" in state:
             self.compute = ComputeTracker.restored(state["compute"])
+        refs = state.get("conn_ref", {})
+        self._conn_ref = {str(k): (float(ref), int(moved)) for k, (ref, moved) in refs.items()}
         self._slow_keys = state["slow_keys"]
         self._back_ns = {str(node): int(at) for node, at in state.get("back", {}).items()}
 
