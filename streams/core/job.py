@@ -206,7 +206,7 @@ class JobDetector:
         return waiting
 
     def _check_hangs(self, now_ns: int, down: set[str], out: list[Diagnosis]) -> bool:
-        """Hangs of the job, attributed across its communicators; whether one is pending.
+        """Hangs of the job, attributed across its communicators; whether one is due.
 
         A rank missing from one group's operation while it waits inside another's is a
         waiter, not a culprit: who waits for whom is followed over every communicator
@@ -234,7 +234,6 @@ class JobDetector:
                 # With a node of the job down, every rank ends up blocked behind it (an op
                 # issued after the stuck one cannot finish either): node_down explains it.
                 comm.append((tracker, hang))
-        pending = bool(noncomm or comm)
         open_cls = [
             c for c in ("noncomm_hang", "comm_hang") if self.book.is_open(self.job, c, HANG_KEY)
         ]
@@ -273,7 +272,7 @@ class JobDetector:
                 data_now = max(self._node_last_seen().values(), default=now_ns)
                 patience = MULTI_SUSPECT_PATIENCE_NS
                 if data_now < due_at + patience and now_ns < due_at + 10 * patience:
-                    return pending
+                    return True
             score = 0.95 if len(members) <= 2 else max(0.3, 0.95 * 2 / len(members))
             suspects = tuple(self._rank_suspect(m, score) for m in members[:16])
             evidence: dict[str, Any] = {
@@ -296,7 +295,7 @@ class JobDetector:
             for cls in open_cls:
                 if resolved := self.book.resolve(self.job, cls, HANG_KEY, now_ns):
                     out.append(resolved)
-        return pending or bool(open_cls)
+        return due or bool(open_cls)
 
     def _stalled_suspects(self, tracker: CommTracker, hang: Hang) -> tuple[SuspectScore, ...]:
         ports = [self._port_of(tracker.members[r]) for r in range(tracker.size)]
