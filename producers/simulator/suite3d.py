@@ -206,8 +206,8 @@ def _fault(rng: random.Random, cluster: Cluster, kind: str, onset: float) -> dic
     if kind == "gpu_lost":
         return fault | {"type": "gpu_stop", "job": "job-1", "rank": rng.randrange(spec.ranks)}
     if kind in ("port_degraded", "port_degraded_silent", "link_down"):
-        # A port that carries data-parallel (or pipeline) traffic over the fabric.
-        carried = (comm.ring or () for comm in job.comms if comm.kind in ("dp", "pp"))
+        # A port that carries data-parallel traffic over the fabric (and its pipeline's).
+        carried = (comm.ring or () for comm in job.comms if comm.kind == "dp")
         used = sorted({conn.src_port for ring in carried for conn in ring})
         if not used:
             return None

@@ -25,7 +25,10 @@ from streams.core.job import SlowPath
 
 RESOLVE_AFTER_CHECKS = 8
 MIN_PATHS = 2
-TIE_PATIENCE = 12
+# Checks a tie must last before the switch the tied links share is named: two tied links
+# are the two ends of one leaf pair's paths (either link, or the spine between them), and
+# paths of other leaf pairs over the faulty link often come a few seconds later.
+TIE_PATIENCE = 40
 # A connection's throughput is the median of its last few reports: after its path changed,
 # its samples describe the old path for about that long.
 REROUTE_SETTLE_NS = 5_000_000_000
@@ -95,7 +98,8 @@ class FabricCorrelator:
             if path.moved_ns is not None and now_ns - path.moved_ns < REROUTE_SETTLE_NS:
                 continue
             candidates = self._candidates(path)
-            naming = next((key for key in open_keys if self._explains(key, candidates)), None)
+            # Explained by a link already named (a switch named for a tie is not proof).
+            naming = next((key for key in open_keys if key in candidates), None)
             if naming is not None:
                 # Explained by what is already named: it votes for nothing else.
                 named.add(naming)
@@ -129,6 +133,8 @@ class FabricCorrelator:
                     )
                     if fired is not None:
                         out.append(fired)
+                        if suspect.type == "link":
+                            out.extend(self._supersede(suspect.id, now_ns))
         for key in self.book.open_keys(None, "link_degraded"):
             if key in named:
                 self.quiet[key] = 0
@@ -140,13 +146,15 @@ class FabricCorrelator:
                     out.append(resolved)
         return out
 
-    def _explains(self, key: str, links: set[str]) -> bool:
-        """Whether an open finding (a link, or a switch at one end) lies on these links."""
-        if key in links:
-            return True
-        return any(
-            key in pair for pair, name in self._link_of.items() if name in links
-        )
+    def _supersede(self, link: str, now_ns: int) -> list[Diagnosis]:
+        """Resolve a switch named for a tie once more paths single out one of its links."""
+        ends = next((pair for pair, name in self._link_of.items() if name == link), frozenset())
+        out = []
+        for key in self.book.open_keys(None, "link_degraded"):
+            if key in ends and (resolved := self.book.resolve(None, "link_degraded", key, now_ns)):
+                self.quiet.pop(key, None)
+                out.append(resolved)
+        return out
 
     def _shared_switch(self, links: list[str]) -> SuspectScore | None:
         ends: Counter[str] = Counter()

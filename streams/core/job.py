@@ -553,16 +553,22 @@ class JobDetector:
             dst = self._port_of(tracker.members[peer])
             if src is None or dst is None:
                 continue
-            is_slow = value < typical[kind] * self.params.slow_conn_share
+            # Slow against its kind and against its own past (not a share of a busy link).
+            is_slow = (
+                value < typical[kind] * self.params.slow_conn_share
+                and (tracker.comm, rank, peer) in fell
+            )
             for port in {src, dst}:
                 carried[port] += 1
                 slow[port] += is_slow
-            if is_slow and (tracker.comm, rank, peer) in fell:
+            if is_slow:
                 slow_conns.append((tracker, rank, peer, src, dst))
         ports = {
             port: (0.97 if self._ports.errors_rising(port) else 0.9)
             for port, count in slow.items()
-            if count >= JOB_VOTE_MIN_CONNS and count >= JOB_VOTE_SHARE * carried[port]
+            if count >= JOB_VOTE_MIN_CONNS
+            and count >= JOB_VOTE_SHARE * carried[port]
+            and not _shadowed(port, slow_conns)
         }
         if len(ports) > max(2, len(carried) // 4):
             ports = {}  # slow nearly everywhere: no port singled out
@@ -662,3 +668,17 @@ class JobDetector:
     def close(self, now_ns: int) -> list[Diagnosis]:
         """Resolve every open finding (the job stopped)."""
         return self.book.resolve_all(now_ns)
+
+
+def _shadowed(port: str, slow_conns: list[tuple[CommTracker, int, int, str, str]]) -> bool:
+    """Whether another port lies on every slow connection of ``port``: the two ends of the
+    same connections (a pipeline pair and nothing else) cannot be told apart."""
+    others: set[str] | None = None
+    for _, _, _, src, dst in slow_conns:
+        if port not in (src, dst):
+            continue
+        ends = {src, dst} - {port}
+        others = ends if others is None else others & ends
+        if not others:
+            return False
+    return bool(others)
