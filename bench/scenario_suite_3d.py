@@ -16,7 +16,9 @@ import sys
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -28,7 +30,7 @@ MIN_PRECISION = 0.99
 MIN_RECALL = 0.95
 
 
-def _one(case: Case) -> dict[str, object]:
+def _one(case: Case) -> dict[str, Any]:
     started = time.perf_counter()
     truths, findings, _ = run_case(case.scenario)
     score = score_case(truths, findings)
@@ -57,6 +59,83 @@ def _pct(values: list[int], q: float) -> str:
     return f"{values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))] / 1e9:.1f}"
 
 
+@dataclass(slots=True)
+class Summary3D:
+    """Per fault kind recall and latency, per class precision, per healthy trap findings."""
+
+    kinds: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    latencies: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    traps: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    classes: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    seconds: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, result: dict[str, Any]) -> None:
+        """Fold one case's result in."""
+        kind = str(result["kind"])
+        if result["healthy"]:
+            self.traps[kind][0] += 1
+            self.traps[kind][1] += len(result["findings"])
+        else:
+            self.kinds[kind][0] += int(result["faults"])
+            self.kinds[kind][1] += len(result["found"])
+            self.latencies[kind] += result["found"]
+        for cls, true in result["findings"]:
+            self.classes[cls][0] += 1
+            self.classes[cls][1] += int(true)
+        self.seconds.append(float(result["seconds"]))
+        if result["false"] or result["missed"]:
+            self.notes.append(
+                f"{result['name']} {kind}: missed {result['missed']} false {result['false']}"
+            )
+
+    def rows(self) -> list[tuple[str, ...]]:
+        """The table, kinds then classes then traps."""
+        rows = [("fault kind", "faults", "recall@1", "p50 s", "p95 s", "max s")]
+        for kind in sorted(self.kinds):
+            faults, hit = self.kinds[kind]
+            lat = self.latencies[kind]
+            pcts = (_pct(lat, 0.5), _pct(lat, 0.95), _pct(lat, 1))
+            rows.append((kind, str(faults), f"{hit / faults if faults else 0:.3f}", *pcts))
+        rows.append(("diagnosis class", "findings", "precision", "", "", ""))
+        for cls in sorted(self.classes):
+            total, true = self.classes[cls]
+            rows.append((cls, str(total), f"{true / total:.3f}", "", "", ""))
+        rows.append(("healthy trap", "runs", "findings", "", "", ""))
+        for trap in sorted(self.traps):
+            runs, findings = self.traps[trap]
+            rows.append((trap, str(runs), str(findings), "", "", ""))
+        return rows
+
+    def problems(self) -> list[str]:
+        """The targets missed, one line each."""
+        found = []
+        for kind, (faults, hit) in sorted(self.kinds.items()):
+            if faults and hit / faults < MIN_RECALL:
+                found.append(f"recall of {kind} {hit / faults:.3f} < {MIN_RECALL}")
+        for cls, (total, true) in sorted(self.classes.items()):
+            if true / total < MIN_PRECISION:
+                found.append(f"precision of {cls} {true / total:.3f} < {MIN_PRECISION}")
+        for trap, (_, findings) in sorted(self.traps.items()):
+            if findings:
+                found.append(f"{findings} findings on healthy {trap} runs")
+        return found
+
+
+def run_3d_suite(cases: int, seed: int, max_nodes: int, workers: int) -> Summary3D:
+    """Every case of the 3D suite, scored and folded into one summary."""
+    work = generate_3d_suite(cases, seed, max_nodes)
+    summary = Summary3D()
+    if workers <= 1:
+        results = [_one(case) for case in work]
+    else:
+        with ProcessPoolExecutor(workers) as pool:
+            results = list(pool.map(_one, work))
+    for result in results:
+        summary.add(result)
+    return summary
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=300)
@@ -66,58 +145,18 @@ def main() -> int:
     parser.add_argument("--verbose", action="store_true", help="list misses and false findings")
     args = parser.parse_args()
     started = time.perf_counter()
-    work = generate_3d_suite(args.cases, args.seed, args.max_nodes)
-    with ProcessPoolExecutor(args.workers) as pool:
-        results = list(pool.map(_one, work))
-    kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    latencies: dict[str, list[int]] = defaultdict(list)
-    traps: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    classes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for result in results:
-        found = result["found"]
-        assert isinstance(found, list)  # noqa: S101
-        if result["healthy"]:
-            traps[str(result["kind"])][0] += 1
-            traps[str(result["kind"])][1] += len(result["findings"])  # type: ignore[arg-type]
-        else:
-            kinds[str(result["kind"])][0] += int(result["faults"])  # type: ignore[call-overload]
-            kinds[str(result["kind"])][1] += len(found)
-            latencies[str(result["kind"])] += found
-        for cls, true in result["findings"]:  # type: ignore[attr-defined]
-            classes[cls][0] += 1
-            classes[cls][1] += int(true)
-        if args.verbose and (result["false"] or result["missed"]):
-            print(f"{result['name']} {result['kind']}: missed {result['missed']} "
-                  f"false {result['false']}", file=sys.stderr)
-    rows = [("fault kind", "faults", "recall@1", "p50 s", "p95 s", "max s")]
-    problems = []
-    for kind in sorted(kinds):
-        faults, hit = kinds[kind]
-        recall = hit / faults if faults else 0.0
-        lat = latencies[kind]
-        pcts = (_pct(lat, 0.5), _pct(lat, 0.95), _pct(lat, 1))
-        rows.append((kind, str(faults), f"{recall:.3f}", *pcts))
-        if recall < MIN_RECALL:
-            problems.append(f"recall of {kind} {recall:.3f} < {MIN_RECALL}")
-    rows.append(("diagnosis class", "findings", "precision", "", "", ""))
-    for cls in sorted(classes):
-        total, true = classes[cls]
-        rows.append((cls, str(total), f"{true / total:.3f}", "", "", ""))
-        if true / total < MIN_PRECISION:
-            problems.append(f"precision of {cls} {true / total:.3f} < {MIN_PRECISION}")
-    rows.append(("healthy trap", "runs", "findings", "", "", ""))
-    for trap in sorted(traps):
-        runs, findings = traps[trap]
-        rows.append((trap, str(runs), str(findings), "", "", ""))
-        if findings:
-            problems.append(f"{findings} findings on healthy {trap} runs")
-    seconds = sorted(float(r["seconds"]) for r in results)  # type: ignore[arg-type]
+    summary = run_3d_suite(args.cases, args.seed, args.max_nodes, args.workers)
+    if args.verbose:
+        for note in summary.notes:
+            print(note, file=sys.stderr)
+    seconds = sorted(summary.seconds)
     print(
-        f"{len(results)} 3D cases, seed {args.seed}, up to {args.max_nodes} nodes, "
+        f"{len(seconds)} 3D cases, seed {args.seed}, up to {args.max_nodes} nodes, "
         f"{time.perf_counter() - started:.0f} s ({args.workers} workers, "
         f"median {seconds[len(seconds) // 2]:.1f} s a case)"
     )
-    print(format_table(rows))
+    print(format_table(summary.rows()))
+    problems = summary.problems()
     for problem in problems:
         print(f"target missed: {problem}")
     print("all targets met" if not problems else f"{len(problems)} targets missed")

@@ -1,0 +1,108 @@
+"""The detectors on the shapes people train: tensor-parallel groups in a node, a 1F1B
+pipeline over point-to-point pairs, data-parallel groups over the NIC ports, MoE all-to-all.
+Each case is simulated (producers.simulator.pipeline) and replayed as `c4 diagnose` does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from producers.simulator.cluster import build_cluster
+from producers.simulator.run import simulate_cluster
+from producers.simulator.scenario import MIB, scenario_from
+from schemas.messages import Diagnosis
+from streams.core.compute import ComputeTracker
+from streams.core.engine import Engine
+
+MS = 1_000_000
+
+
+def _case(
+    parallel: dict[str, Any], faults: list[dict[str, Any]], ranks: int = 32
+) -> dict[str, Any]:
+    return {
+        "seed": 7,
+        "duration_s": 36,
+        "emit_routes": True,
+        "fabric": {"nodes_per_leaf": 2, "spines": 4},
+        "jobs": [
+            {
+                "id": "job-1",
+                "ranks": ranks,
+                "jitter": 0.01,
+                "parallel": {"microbatches": 8, "forward_ms": 25.0, "gpu_spread": 0.02} | parallel,
+            }
+        ],
+        "faults": faults,
+    }
+
+
+def _firing(case: dict[str, Any]) -> list[Diagnosis]:
+    scenario = scenario_from(case)
+    cluster = build_cluster(None, scenario)
+    engine = Engine(topology=cluster.topology)
+    found = [d for m in simulate_cluster(cluster, scenario) for d in engine.process(m)]
+    found += engine.check(engine.now_ns)
+    return [d for d in found if d.state == "firing"]
+
+
+def _named(found: list[Diagnosis]) -> list[tuple[str, str]]:
+    return [(d.class_, d.suspects[0].id) for d in found]
+
+
+def test_a_stuck_stage_is_named_not_the_stages_waiting_for_it() -> None:
+    # Rank 9 (stage 1 of 4, tp 2 x dp 4 per stage): its tensor-parallel peer waits in their
+    # allreduce, both neighbouring stages wait on their pairs, the next stage's peers on
+    # theirs; only rank 9 waits on nothing.
+    stuck = {"type": "process_stuck", "job": "job-1", "rank": 9, "at_s": 14}
+    found = _firing(_case({"tp": 2, "pp": 4}, [stuck]))
+    assert _named(found) == [("noncomm_hang", "node-001/gpu1")]
+
+
+def test_a_pipeline_straggler_is_named_once_and_the_ranks_it_delays_are_not() -> None:
+    slow = {"type": "slow_gpu", "job": "job-1", "rank": 12, "factor": 1.2, "at_s": 10}
+    found = _firing(_case({"tp": 4, "pp": 2}, [slow]))
+    assert _named(found) == [("noncomm_slow", "node-001/gpu4")]
+
+
+def test_the_busiest_expert_of_each_iteration_is_load_not_a_straggler() -> None:
+    found = _firing(_case({"tp": 1, "pp": 2, "ep": 4, "hot_expert_load": 1.5}, []))
+    assert found == []
+
+
+def test_a_port_slow_in_every_group_it_carries_is_named_without_counters() -> None:
+    # tp 8: a data-parallel group is a ring of two, a pipeline pair two connections; no
+    # group has an outlier of its own, the port is slow against the whole job.
+    degraded = {
+        "type": "port_degraded",
+        "node": "node-001",
+        "port": "mlx5_3:1",
+        "factor": 0.45,
+        "symbol_err_per_s": 0,
+        "at_s": 12,
+    }
+    found = _firing(_case({"tp": 8, "pp": 2, "activation_bytes": 32 * MIB}, [degraded]))
+    assert _named(found) == [("comm_slow", "node-001/mlx5_3:1")]
+
+
+def _window(tracker: ComputeTracker, start: int, ends: int, compute: dict[int, int]) -> None:
+    """Every member in one op from ``start + compute`` to ``ends`` (a shared sync point)."""
+    for rank, busy in compute.items():
+        enter = start + busy
+        tracker.add(rank, "c", ends, (ends // MS,), ("alltoall",), (4 * MIB,), (enter,), (ends,))
+
+
+def test_compute_windows_name_the_rank_that_computes_longer() -> None:
+    tracker = ComputeTracker(slice_ns=1_000 * MS)
+    members = (0, 1, 2, 3)
+    t = 0
+    for _ in range(10):
+        end = t + 1_200 * MS
+        _window(tracker, t, end, {0: 700 * MS, 1: 700 * MS, 2: 910 * MS, 3: 690 * MS})
+        tracker.sync("c", members, [end] * 4)
+        t = end
+    tracker.judge()
+    slow = tracker.slow_ranks(window=7, least=4, threshold=1.06)
+    assert [s.global_rank for s in slow] == [2]
+    assert 1.25 < slow[0].ratio < 1.35
+    copy = ComputeTracker.restored(tracker.state())
+    assert copy.state() == tracker.state()
