@@ -7,7 +7,7 @@ shortest duration, and that shortest duration is the pure communication time.
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -50,16 +50,6 @@ class Hang:
     since_ns: int
     missing: tuple[int, ...]  # communicator ranks that never entered (noncomm)
     unfinished: tuple[int, ...]  # communicator ranks that entered and did not finish
-
-
-@dataclass(frozen=True, slots=True)
-class Straggler:
-    """A member that is the last to enter again and again."""
-
-    rank: int
-    share: float
-    median_lag_ns: float
-    since_ns: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,31 +271,6 @@ class CommTracker:
             return None
         unfinished = tuple(r for r, t in enumerate(state.end) if t == NOT_YET)
         return Hang("comm", seq, since, (), unfinished)
-
-    def straggler(self, currently: int | None) -> Straggler | None:
-        """The member last to enter in most recent operations (hysteresis on ``currently``)."""
-        window = self.last_entrants
-        if len(window) < self.params.straggler_min_ops:
-            return None
-        counts = Counter(rank for rank, _, _ in window)
-        rank, count = counts.most_common(1)[0]
-        if currently is not None and counts.get(currently, 0) > count * 0.999:
-            rank, count = currently, counts[currently]
-        share = count / len(window)
-        lags = [lag for r, lag, _ in window if r == rank]
-        lag = median(lags)
-        threshold = (
-            self.params.straggler_resolve_share
-            if rank == currently
-            else self.params.straggler_share
-        )
-        # A lag within normal compute jitter is no straggler, however often it is the same rank.
-        period = self.periods.median() or 0.0
-        floor = max(self.params.straggler_min_lag_ns, self.params.straggler_min_lag_share * period)
-        if share < threshold or lag < floor:
-            return None
-        since = next(end for r, _, end in window if r == rank)
-        return Straggler(rank, share, lag, since)
 
     def _judge_slowdown(self, key: tuple[str, int], baseline: Baseline, at_ns: int) -> None:
         """Open or close the slowdown of one operation kind, as of a completed operation.

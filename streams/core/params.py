@@ -23,20 +23,12 @@ class DetectorParams:
     hang_factor: float = 20.0
     # A rank (or a node's every rank) silent this long is gone, not waiting.
     silent_after_ns: int = 3 * NS_PER_S
-    # Straggler: the same member is the last to enter in this share of the recent ops.
+    # The last entrants of each group's recent operations (a straggler's evidence: its lag).
     straggler_window: int = 20
-    straggler_min_ops: int = 12
-    straggler_share: float = 0.6
-    straggler_resolve_share: float = 0.3
-    straggler_min_lag_ns: int = 500_000
-    # ... and its lag is at least this share of the time between operations (a 10% slower
-    # GPU lags by ~10% of an iteration; persistent 1-2% differences are normal).
-    straggler_min_lag_share: float = 0.04
     # Straggler by compute time (streams.core.compute): windows of at least this length
-    # between sync points of a rank's largest group; a straggler's median compute over its
-    # last ``straggler_slices`` judged windows (at least ``straggler_min_slices``) is this
-    # factor over what its peers' predicts, and it is
-    # cleared below the resolve factor.
+    # between sync points of a rank's largest group; a straggler computes this factor more
+    # than its peers' predicts in two thirds of its last ``straggler_slices`` judged windows
+    # (at least ``straggler_min_slices``), and is cleared below the resolve factor.
     straggler_slice_ns: int = NS_PER_S
     straggler_slices: int = 7
     straggler_min_slices: int = 4
