@@ -173,6 +173,12 @@ class Engine:
         )
         self._routes: Routes = self.routes if shared is None else _SharedRoutes(self.routes, shared)
         self.fabric = FabricCorrelator(topology)
+        # Which leaf each NIC port hangs off: a job tells a slow fabric link from a slow port.
+        self._leaf_of: dict[str, str] = {
+            f"{node.id}/{port.id}": port.leaf
+            for node in (topology.nodes if topology is not None else ())
+            for port in node.ports
+        }
         self.local_fabric = local_fabric
         self.jobs: dict[str, JobDetector] = {}
         self.clock = TickClock(self.params.tick_ns)
@@ -193,7 +199,12 @@ class Engine:
         if detector is None:
             params = self._job_params.get(job, self.params)
             detector = JobDetector(
-                job, params, self._port_health, self._routes, fabric_known=self.fabric.knows_paths
+                job,
+                params,
+                self._port_health,
+                self._routes,
+                fabric_known=self.fabric.knows_paths,
+                leaf_of=self._leaf_of,
             )
             self.jobs[job] = detector
         return detector

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import median
 from typing import Any
@@ -48,11 +49,13 @@ class JobDetector:
         routes: Routes,
         *,
         fabric_known: bool = False,
+        leaf_of: Mapping[str, str] | None = None,
     ) -> None:
         self.job = job
         # With a topology the fabric correlator names links from slow paths; without one,
         # this job names the two ports of its slow connections itself.
         self._fabric_known = fabric_known
+        self._leaf_of = leaf_of or {}
         self.params = params
         self._ports = ports
         self._routes = routes
@@ -468,7 +471,15 @@ class JobDetector:
                 "throughput": self._throughput_matrix(tracker),
             }
             self._fire(out, "comm_slow", key, worst.since_ns, now_ns, suspects, evidence)
-        self.slow_paths = list(found.values())
+        # A port its own counters already show degraded (or down) explains its paths.
+        self.slow_paths = [
+            path
+            for path in found.values()
+            if not any(
+                self._ports.errors_rising(p) or self._ports.is_down(p)
+                for p in (path.src_port, path.dst_port)
+            )
+        ]
 
     def _fell(
         self, tracker: CommTracker, now: dict[tuple[int, int], float]
@@ -569,6 +580,7 @@ class JobDetector:
             if count >= JOB_VOTE_MIN_CONNS
             and count >= JOB_VOTE_SHARE * carried[port]
             and not _shadowed(port, slow_conns)
+            and not self._behind_one_link(port, slow_conns)
         }
         if len(ports) > max(2, len(carried) // 4):
             ports = {}  # slow nearly everywhere: no port singled out
@@ -582,6 +594,25 @@ class JobDetector:
                 paths.append(SlowPath(self.job, flow, src, dst, via, moved))
         self._vote = (now_ns, ports, paths)
         return ports, paths
+
+    def _behind_one_link(
+        self, port: str, slow_conns: list[tuple[CommTracker, int, int, str, str]]
+    ) -> bool:
+        """Whether every slow connection of ``port`` crosses one fabric link (leaf~spine,
+        from the plan's spines): that link explains them, the correlator's business."""
+        shared: set[frozenset[str]] | None = None
+        for tracker, rank, peer, src, dst in slow_conns:
+            if port not in (src, dst):
+                continue
+            via = self._routes.via(f"{self.job}/{tracker.comm}/{rank}->{peer}")
+            leaves = self._leaf_of.get(src), self._leaf_of.get(dst)
+            if via is None or None in leaves or leaves[0] == leaves[1]:
+                return False  # a path through no known fabric link: only the port explains it
+            links = {frozenset((leaf, via)) for leaf in leaves if leaf is not None}
+            shared = links if shared is None else shared & links
+            if not shared:
+                return False
+        return bool(shared)
 
     def _slow_suspects(
         self, tracker: CommTracker
