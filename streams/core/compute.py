@@ -37,6 +37,8 @@ SLICE_PATIENCE = 3
 # (peers waiting the whole slice out say nothing about anybody's speed).
 MIN_PEER_COMPUTE_SHARE = 0.05
 MAX_OPS_KEPT = 8192
+# A rank's operation list is pruned once it holds this many (each window scans it).
+PRUNE_AT = 256
 # The ratio of a rank is this quantile of its judged windows: two thirds of them high.
 PERSISTENT_QUANTILE = 0.34
 # All-to-all bytes of a window's members must differ by this factor to fit a load slope;
@@ -202,8 +204,11 @@ class ComputeTracker:
             keep_from = needed.get(member)
             if keep_from is None:
                 continue
-            rank.ops = [(a, b) for a, b in rank.ops if b > keep_from]
-            rank.a2a = [(b, n) for b, n in rank.a2a if b > keep_from]
+            # Rebuilt only when enough has piled up: a window reads the whole list anyway.
+            if len(rank.ops) >= PRUNE_AT:
+                rank.ops = [(a, b) for a, b in rank.ops if b > keep_from]
+            if len(rank.a2a) >= PRUNE_AT:
+                rank.a2a = [(b, n) for b, n in rank.a2a if b > keep_from]
 
     def _judge_window(self, window: _Window) -> None:
         times = window.times
