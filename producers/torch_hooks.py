@@ -361,6 +361,8 @@ class TorchInstrumentation:
     def _poll_unfinished(self) -> None:
         still = []
         for work, record in self._unfinished[:]:
+            if record[END] is not None:
+                continue  # its rank's next operation bounded it: the earlier, closer end
             if work.is_completed():
                 record[END] = time.time_ns()
             else:

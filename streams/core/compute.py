@@ -34,7 +34,8 @@ from typing import Any
 VERDICTS_KEPT = 16
 SLICE_PATIENCE = 3
 # A rank's peers compute at least this share of a slice for the slice to be judged
-# (peers waiting the whole slice out say nothing about anybody's speed).
+# (peers waiting the whole slice out say nothing about anybody's speed), unless the rank
+# itself computes twice that share: then they wait for it.
 MIN_PEER_COMPUTE_SHARE = 0.05
 MAX_OPS_KEPT = 8192
 # A rank's operation list is pruned once it holds this many (each window scans it).
@@ -225,10 +226,14 @@ class ComputeTracker:
             verdicts = self.verdicts.setdefault(rank, deque(maxlen=VERDICTS_KEPT))
             expected = median(others) + slope * mine.a2a_bytes
             end = window.ends[i]
-            if expected < floor or mine.completed == 0:
+            if mine.completed == 0 or (expected < floor and mine.compute_ns < 2 * floor):
                 verdicts.append((end, None, 0.0))
                 continue
-            verdicts.append((end, mine.compute_ns / expected, mine.compute_ns - expected))
+            # Peers that barely compute say little, unless this rank computes well beyond
+            # the floor while they wait for it: then it is judged against the floor.
+            verdicts.append(
+                (end, mine.compute_ns / max(expected, floor), mine.compute_ns - expected)
+            )
 
     def slow_ranks(self, window: int, least: int, threshold: float) -> list[SlowRank]:
         """Ranks whose median ratio over their last ``window`` judged windows is at least

@@ -1,9 +1,11 @@
 """A real job: 4 torch.distributed (gloo) processes, one rank slowed, instrumented to Kafka.
 
-Each process runs a few hundred mixed collectives and point-to-point transfers; rank 2
-sleeps before entering each collective. The messages on the real broker must have
-communicator ids and seqs that agree across ranks, show rank 2 as the late enterer (the
-shortest durations), and make the detectors name rank 2 as a straggler.
+Each process computes the same small layers and runs several hundred mixed collectives and
+point-to-point transfers per run; rank 2 sleeps before entering each collective. The job
+lasts several seconds: the straggler detector judges windows of a second. The messages on
+the real broker must have communicator ids and seqs that agree across ranks, show rank 2 as
+the late enterer (the shortest durations), and make the detectors name rank 2 as a
+straggler.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from streams.core.params import DetectorParams
 
 WORLD = 4
 SLOW_RANK = 2
-ITERATIONS = 50
+ITERATIONS = 150
 SLOW_S = 0.008
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,7 +68,12 @@ def worker(
             time.sleep(SLOW_S)
 
     grad = torch.ones(4096)
+    torch.set_num_threads(1)  # four processes share two cores here
+    weights = torch.rand(64, 64)
     for step in range(ITERATIONS):
+        # Every rank computes the same layers (the peers a straggler is measured against).
+        for _ in range(4):
+            weights = torch.tanh(weights @ weights)
         enter()
         dist.all_reduce(grad)
         enter()

@@ -106,3 +106,20 @@ def test_compute_windows_name_the_rank_that_computes_longer() -> None:
     assert 1.25 < slow[0].ratio < 1.35
     copy = ComputeTracker.restored(tracker.state())
     assert copy.state() == tracker.state()
+
+
+def test_peers_that_barely_compute_judge_only_a_rank_well_beyond_the_floor() -> None:
+    # A communication-bound group: the peers compute 1% of each window. Rank 2 computing 40%
+    # is waited for (judged against the floor); rank 3 at 6% is not judged at all.
+    tracker = ComputeTracker(slice_ns=1_000 * MS)
+    members = (0, 1, 2, 3)
+    t = 0
+    for _ in range(10):
+        end = t + 1_000 * MS
+        _window(tracker, t, end, {0: 10 * MS, 1: 10 * MS, 2: 400 * MS, 3: 60 * MS})
+        tracker.sync("c", members, [end] * 4)
+        t = end
+    tracker.judge()
+    slow = tracker.slow_ranks(window=7, least=4, threshold=1.06)
+    assert [s.global_rank for s in slow] == [2]
+    assert all(v[1] is None for v in tracker.verdicts[3])
