@@ -9,6 +9,12 @@ A connection whose path just changed (a reroute) votes for nothing for a while: 
 was measured on samples of its old path, and its new path would be blamed for it. The change
 is known from the plan (when the worker learnt it), or seen here when a slow path's spine
 changes; a connection first found slow just after its plan moved it is held back as well.
+
+Slow paths of one leaf pair cross two links and the spine between them, all equally
+suspect. When such a tie lasts, the jobs' other paths break it: one over a tied link that
+fell (slower than it was on its path, though not among the slow paths) backs that link, one
+as fast as it was clears it. The spine is named only when they leave the tie, and not when
+paths through it over other links stayed as fast as they were.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ MIN_PATHS = 2
 # are the two ends of one leaf pair's paths (either link, or the spine between them), and
 # paths of other leaf pairs over the faulty link often come a few seconds later.
 TIE_PATIENCE = 40
+# A link singled out of a tie by other paths' evidence, not by the slow paths alone.
+TIE_BROKEN_SCORE = 0.8
 # A connection's throughput is the median of its last few reports: after its path changed,
 # its samples describe the old path for about that long.
 REROUTE_SETTLE_NS = 5_000_000_000
@@ -41,6 +49,7 @@ class FabricCorrelator:
         self.book = FindingBook()
         self._leaf_of: dict[str, str] = {}
         self._link_of: dict[frozenset[str], str] = {}
+        self._ends: dict[str, frozenset[str]] = {}
         self._spines_of: dict[str, list[str]] = defaultdict(list)
         if topology is not None:
             for node in topology.nodes:
@@ -49,6 +58,7 @@ class FabricCorrelator:
             tiers = {switch.id: switch.tier for switch in topology.switches}
             for link in topology.links:
                 self._link_of[frozenset((link.a, link.b))] = link.id
+                self._ends[link.id] = frozenset((link.a, link.b))
                 leaf, spine = (link.a, link.b) if tiers.get(link.a) == 1 else (link.b, link.a)
                 self._spines_of[leaf].append(spine)
         self.quiet: dict[str, int] = {}
@@ -74,8 +84,17 @@ class FabricCorrelator:
                     links.add(link)
         return links
 
-    def check(self, now_ns: int, slow_paths: Iterable[SlowPath]) -> list[Diagnosis]:
-        """Fire for the link most slow paths cross; resolve links no path points at anymore."""
+    def check(
+        self,
+        now_ns: int,
+        slow_paths: Iterable[SlowPath],
+        seen: Iterable[tuple[SlowPath, bool]] = (),
+    ) -> list[Diagnosis]:
+        """Fire for the link most slow paths cross; resolve links no path points at anymore.
+
+        ``seen``: the jobs' other paths, each with whether it fell (slower than it was on
+        that path); read only to break a lasting tie.
+        """
         votes: Counter[str] = Counter()
         jobs: dict[str, set[str]] = defaultdict(set)
         exact = True
@@ -121,10 +140,14 @@ class FabricCorrelator:
                     suspect = SuspectScore("link", best, 0.92 if exact else 0.7)
                     self.tie_checks = 0
                 else:
-                    # More paths usually break a tie soon: name the shared switch only when
-                    # the tie lasts.
+                    # More paths usually break a tie soon: when it lasts, the other paths
+                    # break it, or else the shared switch is named.
                     self.tie_checks += 1
-                    suspect = self._shared_switch(tied) if self.tie_checks >= TIE_PATIENCE else None
+                    suspect = None
+                    if self.tie_checks >= TIE_PATIENCE:
+                        suspect = self._break_tie(now_ns, tied, current, seen)
+                        if suspect is not None and suspect.type == "link":
+                            best = suspect.id
                 if suspect is not None:
                     named.add(suspect.id)
                     evidence = {"slow_paths": count, "jobs": sorted(jobs[best])[:32]}
@@ -155,6 +178,40 @@ class FabricCorrelator:
                 self.quiet.pop(key, None)
                 out.append(resolved)
         return out
+
+    def _break_tie(
+        self,
+        now_ns: int,
+        tied: list[str],
+        current: dict[tuple[str, str], SlowPath],
+        seen: Iterable[tuple[SlowPath, bool]],
+    ) -> SuspectScore | None:
+        """The tied link other paths single out, else the switch the tied links share.
+
+        A degraded link slows every path over it, not only those slow enough to vote (slow
+        against their job's other connections, in a job not slow nearly everywhere): each
+        other path over a tied link that fell backs it, each that stayed as fast as it was
+        clears it. The link with the most net backing wins, if alone; else the switch,
+        unless the paths through it over none of the tied links mostly stayed as fast.
+        """
+        switch = self._shared_switch(tied)
+        backing: Counter[str] = Counter({link: 0 for link in tied})
+        through = 0  # paths through the switch over other links: fell (+) or as fast (-)
+        for path, fell in seen:
+            if (path.job, path.flow) in current or path.via is None:
+                continue  # voting already, or over a spine not known
+            if path.moved_ns is not None and now_ns - path.moved_ns < REROUTE_SETTLE_NS:
+                continue  # its samples may still be its old path's
+            links = self._candidates(path)
+            over = links.intersection(tied)
+            for link in over:
+                backing[link] += 1 if fell else -1
+            if not over and switch is not None and any(switch.id in self._ends[n] for n in links):
+                through += 1 if fell else -1
+        (first, top), (_, second) = backing.most_common(2)
+        if top > second:
+            return SuspectScore("link", first, TIE_BROKEN_SCORE)
+        return switch if through >= 0 else None
 
     def _shared_switch(self, links: list[str]) -> SuspectScore | None:
         ends: Counter[str] = Counter()
@@ -191,6 +248,8 @@ class FabricHub:
         """Move the hub's clock forward; correlate once per tick, as the engine does."""
         if not self.clock.advance(now_ns):
             return []
+        # Only slow paths reach the hub: a lasting tie names the shared switch, no other
+        # paths break it here.
         return self.correlator.check(now_ns, [p for ps in self.paths.values() for p in ps])
 
     def state(self) -> dict[str, Any]:

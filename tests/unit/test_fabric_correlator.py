@@ -5,7 +5,7 @@ import dataclasses
 from schemas.files import FabricLink, Switch, Topology, TopologyNode, TopologyPort
 from schemas.messages import Diagnosis, Route, RoutePath
 from streams.core.engine import Engine
-from streams.core.fabric import FabricCorrelator
+from streams.core.fabric import TIE_PATIENCE, FabricCorrelator
 from streams.core.job import SlowPath
 from tests.unit.ring_job import MS, T0, RingJob
 
@@ -109,6 +109,75 @@ def test_paths_of_one_leaf_pair_name_the_spine_they_share() -> None:
     assert [(d.class_, d.suspects[0].type, d.suspects[0].id) for d in found] == [
         ("link_degraded", "switch", "spine-a-0")
     ]
+
+
+def tied_run(
+    seen: list[tuple[SlowPath, bool]], topo: Topology | None = None
+) -> list[tuple[str, str]]:
+    """Two slow paths leaf-a0 -> leaf-a1 over spine-a-0 (its two links tie), checked until
+    the tie has lasted, with the other paths ``seen``: what fired, (type, id)."""
+    correlator = FabricCorrelator(topo or topology())
+    slow = [
+        SlowPath("job-1", "job-1/c/7->8", "node-000/mlx5_7:1", "node-001/mlx5_0:1", "spine-a-0"),
+        SlowPath("job-2", "job-2/c/7->8", "node-002/mlx5_7:1", "node-001/mlx5_1:1", "spine-a-0"),
+    ]
+    fired = []
+    for step in range(TIE_PATIENCE + 4):
+        for d in correlator.check(T0 + step * 250 * MS, slow, seen):
+            assert step >= TIE_PATIENCE - 1, "named before the tie lasted"
+            fired.append((d.suspects[0].type, d.suspects[0].id))
+    return fired
+
+
+def test_a_tie_without_other_evidence_names_the_shared_switch() -> None:
+    assert tied_run([]) == [("switch", "spine-a-0")]
+    # Other paths over neither tied link nor the switch say nothing of them.
+    other = SlowPath("job-3", "job-3/c/0->1", "node-003/mlx5_0:1", "node-001/mlx5_2:1", "spine-a-1")
+    assert tied_run([(other, False), (other, True)]) == [("switch", "spine-a-0")]
+
+
+def test_other_paths_break_a_tie_between_the_two_links_of_one_leaf_pair() -> None:
+    # leaf-a2 -> leaf-a1 over spine-a-0 as fast as it was: spine-a-0~leaf-a1 is fine.
+    into_a1 = SlowPath(
+        "job-3", "job-3/c/0->1", "node-003/mlx5_0:1", "node-001/mlx5_2:1", "spine-a-0"
+    )
+    assert tied_run([(into_a1, False)]) == [("link", "leaf-a0~spine-a-0")]
+    # The same path slower than it was (yet not slow enough to vote): that link is named.
+    assert tied_run([(into_a1, True)]) == [("link", "leaf-a1~spine-a-0")]
+    # leaf-a0 -> leaf-a2 over spine-a-0 slower than it was backs leaf-a0~spine-a-0.
+    from_a0 = SlowPath(
+        "job-3", "job-3/c/1->0", "node-002/mlx5_2:1", "node-003/mlx5_1:1", "spine-a-0"
+    )
+    assert tied_run([(from_a0, True)]) == [("link", "leaf-a0~spine-a-0")]
+    # One path that just moved there describes its old path: no evidence yet.
+    moved = dataclasses.replace(into_a1, moved_ns=T0 + TIE_PATIENCE * 250 * MS)
+    assert tied_run([(moved, False)]) == [("switch", "spine-a-0")]
+
+
+def test_paths_through_the_switch_over_other_links_clear_it() -> None:
+    # A fourth leaf: leaf-a2 -> leaf-a3 over spine-a-0 as fast as it was crosses the switch
+    # but neither tied link; the links stay tied, and nothing is named.
+    base = topology()
+    node = base.nodes[3].model_copy(
+        update={
+            "id": "node-004",
+            "ports": tuple(p.model_copy(update={"leaf": "leaf-a3"}) for p in base.nodes[3].ports),
+        }
+    )
+    links = tuple(
+        FabricLink(id=f"leaf-a3~{spine}", a="leaf-a3", b=spine, gbps=400.0)
+        for spine in ("spine-a-0", "spine-a-1")
+    )
+    topo = base.model_copy(
+        update={
+            "nodes": (*base.nodes, node),
+            "switches": (*base.switches, Switch(id="leaf-a3", tier=1)),
+            "links": (*base.links, *links),
+        }
+    )
+    past = SlowPath("job-3", "job-3/c/0->1", "node-003/mlx5_0:1", "node-004/mlx5_0:1", "spine-a-0")
+    assert tied_run([(past, False)], topo) == []
+    assert tied_run([(past, True)], topo) == [("switch", "spine-a-0")]
 
 
 def test_a_rerouted_path_does_not_blame_its_new_link_with_old_samples() -> None:
