@@ -7,9 +7,9 @@ shortest duration, and that shortest duration is the pure communication time.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import deque
 from dataclasses import dataclass, field
-from statistics import median
 from typing import Any
 
 from schemas.messages import Collective
@@ -22,7 +22,12 @@ MAX_COMPLETED = 8192
 SLOW_EVERY_OPS = 2
 # Connection samples a snapshot keeps per rank: all that ``recent_conns`` reads at most.
 CONN_KEEP = 3 * 4
+# What ``recent_conns`` reads of each rank: its last samples, as many as this many reports
+# of this many peers each bring.
+RECENT_INTERVALS = 3
+CONNS_PER_REPORT = 4
 NOT_YET = -1
+CONN_SAMPLES = 64  # connection samples kept per rank (all peers)
 
 
 @dataclass(slots=True)
@@ -114,6 +119,13 @@ class CommTracker:
     sync_every_ns: int = 0
     last_sync_ns: int | None = None
     syncs: list[tuple[int, list[int]]] = field(default_factory=list)
+    # Counts the reports that brought connection samples, in all and per rank: what was
+    # computed from a rank's samples holds until its count moves.
+    conn_version: int = 0
+    conn_reports: dict[int, int] = field(default_factory=dict)
+    # rank -> peer -> throughputs (bytes/ns) of its kept samples that moved data, sorted:
+    # a connection's own past as a quantile without sorting every sample at each vote.
+    conn_sorted: dict[int, dict[int, list[float]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.members = [Member() for _ in range(self.size)]
@@ -156,12 +168,19 @@ class CommTracker:
         if ops.seq and pending and min(pending) < max(ops.seq):
             self._infer_earlier(rank, ops.seq, ops.end_ns, ts_ns)
         if message.conns is not None:
-            samples = self.conns.setdefault(rank, deque(maxlen=64))
+            self.conn_version += 1
+            self.conn_reports[rank] = self.conn_reports.get(rank, 0) + 1
+            samples = self.conns.setdefault(rank, deque(maxlen=CONN_SAMPLES))
+            ordered = self.conn_sorted.setdefault(rank, {})
             conns = message.conns
             for peer, port, nbytes, busy in zip(
                 conns.peer, conns.port, conns.bytes, conns.busy_ns, strict=True
             ):
+                if len(samples) == CONN_SAMPLES:
+                    _unsort(ordered, samples[0])  # the sample the deque drops now
                 samples.append(ConnSample(rank, peer, port, nbytes, busy, message.ts_ns))
+                if busy > 0:
+                    insort(ordered.setdefault(peer, []), nbytes / busy)
                 if member.port is None:
                     member.port = port
 
@@ -220,10 +239,9 @@ class CommTracker:
         if state.inferred:
             return  # some of its times are stand-ins: nothing to learn from its durations
         durations = [end - enter for enter, end in zip(state.enter, state.end, strict=True)]
-        shortest = min(durations)
-        last = durations.index(shortest)
-        middle = median(durations)
-        self.spans.add(max(durations))
+        ordered = sorted(durations)  # one sort: shortest, median and longest from it
+        shortest = ordered[0]
+        self.spans.add(ordered[-1])
         finished = max(state.end)
         if self.last_end_ns is not None and finished > self.last_end_ns:
             self.periods.add(finished - self.last_end_ns)
@@ -234,7 +252,10 @@ class CommTracker:
             self.last_sync_ns = finished
             self.syncs.append((seq, list(state.end)))
         if self.size > 2:
-            self.last_entrants.append((last, middle - shortest, max(state.end)))
+            half = self.size // 2
+            middle = ordered[half] if self.size % 2 else (ordered[half - 1] + ordered[half]) / 2
+            last = durations.index(shortest)
+            self.last_entrants.append((last, middle - shortest, finished))
         key = (state.op, state.nbytes.bit_length())
         baseline = self.baselines.get(key)
         if baseline is None:
@@ -381,9 +402,13 @@ class CommTracker:
         tracker.fresh_samples = {(op, bucket): n for op, bucket, n in state["fresh"]}
         for samples in state["conns"]:
             if samples:
-                tracker.conns[samples[0][0]] = deque(
-                    (ConnSample(*sample) for sample in samples), maxlen=64
+                kept = tracker.conns[samples[0][0]] = deque(
+                    (ConnSample(*sample) for sample in samples), maxlen=CONN_SAMPLES
                 )
+                ordered = tracker.conn_sorted[samples[0][0]] = {}
+                for sample in kept:
+                    if sample.busy_ns > 0:
+                        insort(ordered.setdefault(sample.peer, []), sample.nbytes / sample.busy_ns)
         tracker.ops_seen = state["ops_seen"]
         tracker.last_end_ns = state["last_end_ns"]
         if "sync" in state:
@@ -396,9 +421,17 @@ class CommTracker:
         """Every connection sample kept, of every rank."""
         return [sample for samples in self.conns.values() for sample in samples]
 
-    def recent_conns(self, intervals: int = 3) -> list[ConnSample]:
+    def recent_conns(self, intervals: int = RECENT_INTERVALS) -> list[ConnSample]:
         """Each rank's connection samples of its last few reports."""
         found: list[ConnSample] = []
         for samples in self.conns.values():
-            found.extend(list(samples)[-intervals * 4 :])
+            found.extend(list(samples)[-intervals * CONNS_PER_REPORT :])
         return found
+
+
+def _unsort(ordered: dict[int, list[float]], sample: ConnSample) -> None:
+    """Take a dropped sample's throughput out of its connection's sorted values."""
+    if sample.busy_ns <= 0:
+        return
+    values = ordered[sample.peer]
+    del values[bisect_left(values, sample.nbytes / sample.busy_ns)]

@@ -24,6 +24,7 @@ persistently, across iterations; a data loader stall or a hot expert lasts a win
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from statistics import median
@@ -45,6 +46,7 @@ PERSISTENT_QUANTILE = 0.34
 # All-to-all bytes of a window's members must differ by this factor to fit a load slope;
 # the fit takes at most this many members (evenly spread by bytes).
 MIN_LOAD_SPREAD = 1.02
+END_OF_TIME = 1 << 63  # sorts after any (end, bytes) of the same end
 MAX_SLOPE_POINTS = 64
 
 
@@ -57,6 +59,12 @@ class RankTime:
     reported: dict[str, int] = field(default_factory=dict)  # comm -> latest report ts
     last_seq: dict[str, int] = field(default_factory=dict)  # comm -> last completed seq
     a2a: list[tuple[int, int]] = field(default_factory=list)  # (end, bytes) of all-to-alls
+    # ``ops`` by entry and ``a2a`` by end, so that a window reads only its own part of them
+    # (reports of several communicators interleave: sorted again after new ones came).
+    ops_ordered: bool = False
+    a2a_ordered: bool = False
+    # The longest operation in ``ops`` (-1: not known yet): how far before a window to look.
+    longest_ns: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +134,8 @@ class ComputeTracker:
         rank.reported[comm] = covered
         last = rank.last_seq.get(comm, -1)
         open_enter = None
+        kept, longest = rank.ops, rank.longest_ns
+        before = len(kept)
         for seq, op, nbytes, enter, end in zip(seqs, ops, sizes, enters, ends, strict=True):
             if end is None:
                 if open_enter is None:
@@ -134,9 +144,16 @@ class ComputeTracker:
             if seq <= last:
                 continue
             last = seq
-            rank.ops.append((enter, end))
+            kept.append((enter, end))
+            if end - enter > longest:
+                longest = end - enter
             if op == "alltoall":
                 rank.a2a.append((end, nbytes))
+                rank.a2a_ordered = False
+        if len(kept) > before:
+            # Several communicators' reports interleave: sorted again when a window reads.
+            rank.ops_ordered = False
+            rank.longest_ns = longest
         rank.last_seq[comm] = last
         if open_enter is not None:
             rank.in_flight[comm] = open_enter
@@ -154,18 +171,42 @@ class ComputeTracker:
 
     # --- windows ---------------------------------------------------------------------
     def _span(self, rank: RankTime, lo: int, hi: int) -> SliceTime:
-        spans = [(max(a, lo), min(b, hi)) for a, b in rank.ops if b > lo and a < hi]
-        spans += [(max(a, lo), hi) for a in rank.in_flight.values() if a < hi]
-        spans.sort()
-        busy = 0
+        ops = rank.ops
+        if not rank.ops_ordered:
+            ops.sort()  # nearly sorted already: cheap
+            if rank.longest_ns < 0:  # restored from a snapshot
+                rank.longest_ns = max((b - a for a, b in ops), default=0)
+            rank.ops_ordered = True
+        # Operations that overlap the window entered after lo - longest and before hi.
+        first = bisect_left(ops, (lo - rank.longest_ns,))
+        stop = bisect_right(ops, (hi, hi))
+        # An operation still in flight keeps the rank busy from its entry to the end.
+        busy_until = hi
+        if rank.in_flight:
+            opened = min(rank.in_flight.values())
+            if opened < hi:
+                busy_until = max(lo, opened)
+        busy = hi - busy_until
         cursor = lo
-        for a, b in spans:
-            if b <= cursor:
+        completed = 0
+        for a, b in ops[first:stop]:  # by entry: the union of their intervals in one pass
+            if lo < b <= hi:
+                completed += 1
+            if b <= cursor or a >= busy_until:
                 continue
-            busy += b - max(a, cursor)
-            cursor = b
-        completed = sum(1 for a, b in rank.ops if lo < b <= hi)
-        a2a = sum(n for b, n in rank.a2a if lo < b <= hi)
+            end = b if b < busy_until else busy_until
+            busy += end - (a if a > cursor else cursor)
+            cursor = end
+        a2a = 0
+        if rank.a2a:
+            if not rank.a2a_ordered:
+                rank.a2a.sort()
+                rank.a2a_ordered = True
+            ends = rank.a2a
+            inside = ends[
+                bisect_right(ends, (lo, END_OF_TIME)) : bisect_right(ends, (hi, END_OF_TIME))
+            ]
+            a2a = sum(n for _, n in inside)
         return SliceTime(max(0, hi - lo - busy), a2a, completed)
 
     def judge(self) -> None:
@@ -293,6 +334,8 @@ class ComputeTracker:
                 {str(c): int(v) for c, v in last_seq.items()},
                 [(int(b), int(n)) for b, n in a2a],
             )
+            kept = tracker.ranks[int(r)].ops
+            tracker.ranks[int(r)].longest_ns = max((b - a for a, b in kept), default=0)
         tracker.last_sync = {
             str(c): (tuple(int(m) for m in members), [int(e) for e in ends])
             for c, (members, ends) in state["last_sync"].items()

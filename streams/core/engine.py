@@ -26,12 +26,14 @@ class RouteBook:
     def __init__(self) -> None:
         self._via: dict[str, str | None] = {}
         self._moved: dict[str, int] = {}
+        self._moves = 0
 
     def update(self, route: Route, now_ns: int) -> None:
         """Record every path of one node's plan (learnt at event time ``now_ns``)."""
         for path in route.paths:
             if path.flow in self._via and self._via[path.flow] != path.via:
                 self._moved[path.flow] = now_ns
+                self._moves += 1
             self._via[path.flow] = path.via
 
     def via(self, flow: str) -> str | None:
@@ -41,6 +43,10 @@ class RouteBook:
     def moved_at(self, flow: str) -> int | None:
         """When a plan last moved the flow (event time), None if never."""
         return self._moved.get(flow)
+
+    def generation(self) -> int:
+        """How many moves were recorded."""
+        return self._moves
 
 
 # The messages that carry measurements (and so event time); job and route are facts.
@@ -122,6 +128,9 @@ class _SharedRoutes:
     def moved_at(self, flow: str) -> int | None:
         local, shared = self._local.moved_at(flow), self._shared.moved_at(flow)
         return max(local or 0, shared or 0) or None
+
+    def generation(self) -> None:
+        return None  # other workers' moves reach the shared facts unannounced
 
 
 class Engine:

@@ -9,7 +9,15 @@ from statistics import median
 from typing import Any
 
 from schemas.messages import Collective, Diagnosis, Job, RankPlace
-from streams.core.comm import NOT_YET, CommTracker, ConnSample, Hang, Member
+from streams.core.comm import (
+    CONNS_PER_REPORT,
+    NOT_YET,
+    RECENT_INTERVALS,
+    CommTracker,
+    ConnSample,
+    Hang,
+    Member,
+)
 from streams.core.compute import ComputeTracker
 from streams.core.findings import FindingBook, SuspectScore
 from streams.core.params import DetectorParams
@@ -64,6 +72,16 @@ class JobDetector:
         self.book = FindingBook()
         self.compute = ComputeTracker(params.straggler_slice_ns)
         self._vote: tuple[int, dict[str, float], list[SlowPath]] | None = None
+        # (comm, history) -> ((samples' version, routes' generation), throughput per
+        # connection): read several times a check by the group and job votes, and valid
+        # until the group's next connection report or the next move of a flow.
+        self._throughputs: dict[
+            tuple[str, bool], tuple[tuple[int, int | None], dict[tuple[int, int], float]]
+        ] = {}
+        self._rank_throughputs: dict[
+            tuple[str, bool],
+            dict[int, tuple[tuple[int, int | None], dict[tuple[int, int], float]]],
+        ] = {}
         # comm/rank->peer -> (reference throughput, the move it was measured after)
         self._conn_ref: dict[str, tuple[float, int]] = {}
         self._anchors_of = -1  # how many communicators the anchor groups were chosen from
@@ -82,6 +100,9 @@ class JobDetector:
         if tracker is None or tracker.size != message.comm_size:
             tracker = CommTracker(self.job, message.comm, message.comm_size, self.params)
             self.comms[message.comm] = tracker
+            for history in (False, True):  # counted by the tracker this one replaces
+                self._throughputs.pop((message.comm, history), None)
+                self._rank_throughputs.pop((message.comm, history), None)
         tracker.ingest(message)
         ops = message.ops
         self.compute.add(
@@ -130,6 +151,8 @@ class JobDetector:
         the job's own reports to show it. A real hang leaves the live ranks' heartbeats.
         """
         out: list[Diagnosis] = []
+        if self._routes.generation() is None:
+            self._throughputs.clear()  # moves learnt unannounced: valid for this check only
         data_now = max(
             (m.last_seen_ns for tracker in self.comms.values() for m in tracker.members),
             default=-1,
@@ -350,9 +373,7 @@ class JobDetector:
                     largest[rank] = tracker
         anchors = {id(t) for t in largest.values()}
         for tracker in self.comms.values():
-            tracker.sync_every_ns = (
-                self.params.straggler_slice_ns if id(tracker) in anchors else 0
-            )
+            tracker.sync_every_ns = self.params.straggler_slice_ns if id(tracker) in anchors else 0
         if complete:
             self._anchors_of = len(self.comms)
 
@@ -409,9 +430,7 @@ class JobDetector:
                 evidence = {
                     "comm": tracker.comm,
                     "rank": index,
-                    "median_lag_ms": round(
-                        (median(lags) if lags else slow.excess_ns) / 1e6, 3
-                    ),
+                    "median_lag_ms": round((median(lags) if lags else slow.excess_ns) / 1e6, 3),
                     "compute_ratio": round(slow.ratio, 3),
                     "slices": slow.slices,
                 }
@@ -434,7 +453,7 @@ class JobDetector:
         for tracker in self.comms.values():
             slowdowns = tracker.slowdowns()
             suspects, paths = self._slow_suspects(tracker)
-            if not suspects:
+            if not suspects and job_ports:
                 mine = {p for p in map(self._port_of, tracker.members) if p in job_ports}
                 if mine:
                     port = max(sorted(mine), key=lambda p: job_ports[p])
@@ -491,7 +510,7 @@ class JobDetector:
         frozen while it is slow against it, so a fault that lasts stays visible after the
         samples from before it are gone.
         """
-        history = self._conn_throughput(tracker, tracker.conn_history(), HISTORY_QUANTILE)
+        history = self._throughput_of(tracker, history=True)
         share = self.params.slow_conn_share
         fell = set()
         for conn, value in now.items():
@@ -505,6 +524,58 @@ class JobDetector:
             if value < share * ref:
                 fell.add(conn)
         return fell
+
+    def _throughput_of(
+        self, tracker: CommTracker, *, history: bool = False
+    ) -> dict[tuple[int, int], float]:
+        """Each connection's throughput on its current path, from its recent samples (its
+        median) or from every sample kept (a high quantile: its own past).
+
+        A connection is its sending rank's (rank, peer), measured in that rank's reports
+        only: what was computed from one rank's samples holds until that rank reports
+        again or a flow moves, and is kept per rank (a group's ranks report at their own
+        moments, so one of them is nearly always new).
+        """
+        key = (tracker.comm, history)
+        generation = self._routes.generation()
+        version = (tracker.conn_version, generation)
+        known = self._throughputs.get(key)
+        if known is not None and known[0] == version:
+            return known[1]
+        per_rank = self._rank_throughputs.setdefault(key, {})
+        found: dict[tuple[int, int], float] = {}
+        for rank, samples in tracker.conns.items():
+            stamp = (tracker.conn_reports.get(rank, 0), generation)
+            cached = per_rank.get(rank)
+            if cached is None or cached[0] != stamp or generation is None:
+                kept = list(samples)
+                if history:
+                    values = self._own_past(tracker, rank, kept)
+                else:
+                    recent = kept[-RECENT_INTERVALS * CONNS_PER_REPORT :]
+                    values = self._conn_throughput(tracker, recent)
+                cached = per_rank[rank] = (stamp, values)
+            found.update(cached[1])
+        self._throughputs[key] = (version, found)
+        return found
+
+    def _own_past(
+        self, tracker: CommTracker, rank: int, kept: list[ConnSample]
+    ) -> dict[tuple[int, int], float]:
+        """The high quantile of each of a rank's connections over its kept samples, read
+        off the tracker's sorted values; a flow that moved counts only its samples since."""
+        found: dict[tuple[int, int], float] = {}
+        moved = False
+        for peer, values in tracker.conn_sorted.get(rank, {}).items():
+            if self._routes.moved_at(f"{self.job}/{tracker.comm}/{rank}->{peer}") is not None:
+                moved = True
+            elif values:
+                found[(rank, peer)] = values[
+                    min(len(values) - 1, int(HISTORY_QUANTILE * len(values)))
+                ]
+        if moved:
+            return self._conn_throughput(tracker, kept, HISTORY_QUANTILE)
+        return found
 
     def _conn_throughput(
         self, tracker: CommTracker, samples: list[ConnSample] | None = None, q: float = 0.5
@@ -547,7 +618,7 @@ class JobDetector:
         fell: set[tuple[str, int, int]] = set()  # connections slower than they were
         for tracker in self.comms.values():
             kind = (tracker.size, ":p2p:" in tracker.comm)
-            now = self._conn_throughput(tracker)
+            now = self._throughput_of(tracker)
             fell.update((tracker.comm, r, p) for r, p in self._fell(tracker, now))
             for (rank, peer), value in now.items():
                 if rank < tracker.size and peer < tracker.size:
@@ -618,7 +689,7 @@ class JobDetector:
         self, tracker: CommTracker
     ) -> tuple[tuple[SuspectScore, ...], list[SlowPath]]:
         """A port two slow connections share, or else the slow connections' paths."""
-        per_conn = self._conn_throughput(tracker)
+        per_conn = self._throughput_of(tracker)
         if not per_conn:
             return (), []
         typical = median(per_conn.values())
@@ -688,6 +759,8 @@ class JobDetector:
             comm: CommTracker.restored(self.job, comm, self.params, tracker)
             for comm, tracker in state["comms"].items()
         }
+        self._throughputs.clear()  # computed from trackers that are gone
+        self._rank_throughputs.clear()
         self.book.restore(state["findings"])
         if "compute" in state:
             self.compute = ComputeTracker.restored(state["compute"])

@@ -45,6 +45,11 @@ class Routes(Protocol):
         """Event time a plan last moved the flow to another path; None if it never moved."""
         ...
 
+    def generation(self) -> int | None:
+        """A number that changes whenever some flow moves; None where moves are learnt
+        elsewhere unannounced (then nothing read from ``moved_at`` outlives one check)."""
+        ...
+
 
 class PlacementIndex:
     """Which job runs on each GPU and port, from the ``c4.job.v1`` messages."""

@@ -1,0 +1,167 @@
+"""Replay speed of ``c4 diagnose`` on a 3D-parallel MoE job, against an earlier commit's.
+
+One recorded run of a Megatron-style job (tensor-parallel groups inside a node, a 1F1B
+pipeline over point-to-point pairs, data-parallel rings over the NIC ports, expert
+all-to-alls, one slowed GPU) is simulated once with this tree, then replayed by
+``python -m c4.cli diagnose`` of this tree and of the baseline commit (exported with
+``git archive``), alternately, ``--repeats`` times each. Prints operations/s and
+microseconds per operation (medians), peak RSS, and the findings of each side.
+
+    python bench/bench_replay.py [--nodes 16] [--duration-s 60] [--baseline 78fefbb]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 1 << 20
+
+
+def scenario(nodes: int, duration_s: float) -> dict[str, object]:
+    """The recorded job: tp 8 inside each node, pp 4, the rest data and expert parallel."""
+    pp = 4 if nodes % 4 == 0 else 1
+    return {
+        "name": "bench-replay-3d",
+        "seed": 11,
+        "duration_s": duration_s,
+        "interval_s": 1.0,
+        "emit_routes": True,
+        "fabric": {"nodes_per_leaf": 4, "spines": 4},
+        "jobs": [
+            {
+                "id": "job-3d",
+                "ranks": nodes * 8,
+                "jitter": 0.01,
+                "parallel": {
+                    "tp": 8,
+                    "pp": pp,
+                    "ep": 2 if nodes // pp >= 2 else 1,
+                    "microbatches": 8,
+                    "forward_ms": 20.0,
+                    "activation_bytes": 16 * MIB,
+                    "tp_bytes": 8 * MIB,
+                    "bucket_bytes": 50 * MIB,
+                    "dp_buckets": 4,
+                    "a2a_bytes": 4 * MIB,
+                    "hot_expert_load": 0.6,
+                    "gpu_spread": 0.02,
+                },
+            }
+        ],
+        "faults": [{"type": "slow_gpu", "job": "job-3d", "rank": 43, "at_s": 20.0, "factor": 1.3}],
+    }
+
+
+def simulate(folder: Path, nodes: int, duration_s: float) -> tuple[Path, int, int]:
+    """The recorded file, its messages and operations."""
+    spec = folder / "scenario.json"
+    spec.write_bytes(orjson.dumps(scenario(nodes, duration_s)))
+    out = folder / "replay.jsonl"
+    subprocess.run(  # noqa: S603 -- this interpreter, our own command
+        [sys.executable, "-m", "c4.cli", "simulate", "--scenario", str(spec), "--out", str(out)],
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    messages = operations = 0
+    with out.open("rb") as lines:
+        for line in lines:
+            record = orjson.loads(line)
+            if record.get("kind") == "collective":
+                messages += 1
+                operations += len(record["ops"]["seq"])
+    return out, messages, operations
+
+
+def export(ref: str, folder: Path) -> Path:
+    """The baseline's tree, as ``git archive`` writes it."""
+    tree = folder / f"baseline-{ref}"
+    archive = subprocess.run(  # noqa: S603 -- git on this repository
+        ["git", "archive", "--format=tar", ref],  # noqa: S607 -- git from PATH, like a user
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(tree, filter="data")
+    return tree
+
+
+def replay(tree: Path, recorded: Path) -> tuple[float, int, list[str]]:
+    """Wall seconds, peak RSS (KiB) and findings of one ``c4 diagnose`` run in ``tree``."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    started = time.perf_counter()
+    child = subprocess.Popen(  # noqa: S603 -- this interpreter, our own command
+        [sys.executable, "-m", "c4.cli", "diagnose", str(recorded)],
+        cwd=tree,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    out = child.stdout.read() if child.stdout is not None else b""
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - started
+    if status != 0:
+        message = f"c4 diagnose in {tree} failed (status {status})"
+        raise RuntimeError(message)
+    findings = sorted(
+        {
+            f"{d['class']} {d['suspects'][0]['id'] if d['suspects'] else '-'}"
+            for d in map(orjson.loads, out.splitlines())
+            if d.get("state") == "firing"
+        }
+    )
+    return seconds, usage.ru_maxrss, findings
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=16)
+    parser.add_argument("--duration-s", type=float, default=60.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--baseline", default="78fefbb", help="commit to compare against")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="c4-bench-replay-") as tmp:
+        folder = Path(tmp)
+        recorded, messages, operations = simulate(folder, args.nodes, args.duration_s)
+        trees = {"this tree": ROOT, f"baseline {args.baseline}": export(args.baseline, folder)}
+        runs: dict[str, list[tuple[float, int, list[str]]]] = {name: [] for name in trees}
+        size = recorded.stat().st_size / MIB
+        for _ in range(args.repeats):
+            for name, tree in trees.items():  # alternately: the machine's noise hits both
+                runs[name].append(replay(tree, recorded))
+    print(
+        f"{args.nodes * 8} ranks, {args.duration_s:.0f} s, {messages:,} collective messages, "
+        f"{operations:,} operations ({operations / max(messages, 1):.1f} per message), "
+        f"{size:.0f} MiB; {args.repeats} runs each"
+    )
+    print(f"{'replay':<22}{'ops/s (median)':>16}{'us/op':>8}{'peak RSS MiB':>14}  findings")
+    medians = {}
+    for name, results in runs.items():
+        seconds = statistics.median(r[0] for r in results)
+        medians[name] = seconds
+        rss = max(r[1] for r in results) / 1024
+        findings = "; ".join(results[0][2]) or "none"
+        print(
+            f"{name:<22}{operations / seconds:>16,.0f}{seconds / operations * 1e6:>8.2f}"
+            f"{rss:>14.0f}  {findings}"
+        )
+    this, base = medians.values()
+    print(f"this tree vs baseline: {base / this:.2f}x the baseline's speed per operation")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
