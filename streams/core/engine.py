@@ -274,7 +274,9 @@ class Engine:
             slow_paths.extend(detector.slow_paths)
         out.extend(self.hardware.check(now_ns))
         if self.local_fabric:
-            out.extend(self.fabric.check(now_ns, slow_paths))
+            # The jobs' other paths: read only when the correlator has a tie to break.
+            seen = (path for detector in self.jobs.values() for path in detector.fabric_seen)
+            out.extend(self.fabric.check(now_ns, slow_paths, seen))
         return out
 
     def recheck(self) -> list[Diagnosis]:

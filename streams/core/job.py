@@ -87,6 +87,10 @@ class JobDetector:
         self._anchors_of = -1  # how many communicators the anchor groups were chosen from
         self._slow_keys: dict[str, str] = {}  # comm -> open comm_slow key
         self.slow_paths: list[SlowPath] = []
+        # This job's other connections over the fabric, each with whether it fell (slower than
+        # it was on its path) or not (as fast as it was and as its kind): the evidence that
+        # breaks the fabric correlator's ties.
+        self.fabric_seen: list[tuple[SlowPath, bool]] = []
         # Next check in this job's own data time, when its reports lag the clock.
         self.next_check_ns = 0
         # Nodes whose node_down just resolved -> when: their ranks report again one by one,
@@ -165,6 +169,7 @@ class JobDetector:
         if down:
             # Connections to a node that is gone stall: no slow path, no slowdown to blame.
             self.slow_paths = []
+            self.fabric_seen = []
         else:
             self._check_slowdowns(now_ns, out)
         return out
@@ -630,16 +635,18 @@ class JobDetector:
         carried: Counter[str] = Counter()
         slow: Counter[str] = Counter()
         slow_conns: list[tuple[CommTracker, int, int, str, str]] = []
+        others: list[tuple[CommTracker, int, int, str, str, bool]] = []
         for kind, value, tracker, rank, peer in samples:
             src = self._port_of(tracker.members[rank])
             dst = self._port_of(tracker.members[peer])
             if src is None or dst is None:
                 continue
             # Slow against its kind and against its own past (not a share of a busy link).
-            is_slow = (
-                value < typical[kind] * self.params.slow_conn_share
-                and (tracker.comm, rank, peer) in fell
-            )
+            fallen = (tracker.comm, rank, peer) in fell
+            below = value < typical[kind] * self.params.slow_conn_share
+            is_slow = below and fallen
+            if fallen or not below:
+                others.append((tracker, rank, peer, src, dst, fallen))
             for port in {src, dst}:
                 carried[port] += 1
                 slow[port] += is_slow
@@ -664,7 +671,33 @@ class JobDetector:
                 via, moved = self._routes.via(flow), self._routes.moved_at(flow)
                 paths.append(SlowPath(self.job, flow, src, dst, via, moved))
         self._vote = (now_ns, ports, paths)
+        if self._fabric_known:
+            self.fabric_seen = self._seen_paths(others, ports, {path.flow for path in paths})
         return ports, paths
+
+    def _seen_paths(
+        self,
+        others: list[tuple[CommTracker, int, int, str, str, bool]],
+        ports: dict[str, float],
+        voting: set[str],
+    ) -> list[tuple[SlowPath, bool]]:
+        """The connections not among the slow paths: (path, whether it fell), for the
+        correlator. One that fell at a port that explains it says nothing of its links."""
+        seen = []
+        for tracker, rank, peer, src, dst, fallen in others:
+            flow = f"{self.job}/{tracker.comm}/{rank}->{peer}"
+            if flow in voting:
+                continue
+            if fallen and any(
+                p in ports or self._ports.errors_rising(p) or self._ports.is_down(p)
+                for p in (src, dst)
+            ):
+                continue
+            path = SlowPath(
+                self.job, flow, src, dst, self._routes.via(flow), self._routes.moved_at(flow)
+            )
+            seen.append((path, fallen))
+        return seen
 
     def _behind_one_link(
         self, port: str, slow_conns: list[tuple[CommTracker, int, int, str, str]]
