@@ -20,12 +20,12 @@ MAX_PENDING = 4096
 MAX_COMPLETED = 8192
 # A slowdown is judged every this many completed operations of one kind.
 SLOW_EVERY_OPS = 2
-# Connection samples a snapshot keeps per rank: all that ``recent_conns`` reads at most.
-CONN_KEEP = 3 * 4
-# What ``recent_conns`` reads of each rank: its last samples, as many as this many reports
+# What ``recent_of`` reads of each rank: its last samples, as many as this many reports
 # of this many peers each bring.
 RECENT_INTERVALS = 3
 CONNS_PER_REPORT = 4
+# Connection samples a snapshot keeps per rank: all that ``recent_of`` reads at most.
+CONN_KEEP = RECENT_INTERVALS * CONNS_PER_REPORT
 NOT_YET = -1
 CONN_SAMPLES = 64  # connection samples kept per rank (all peers)
 
@@ -421,12 +421,13 @@ class CommTracker:
         """Every connection sample kept, of every rank."""
         return [sample for samples in self.conns.values() for sample in samples]
 
+    def recent_of(self, rank: int, intervals: int = RECENT_INTERVALS) -> list[ConnSample]:
+        """One rank's connection samples of its last few reports."""
+        return list(self.conns.get(rank, ()))[-intervals * CONNS_PER_REPORT :]
+
     def recent_conns(self, intervals: int = RECENT_INTERVALS) -> list[ConnSample]:
         """Each rank's connection samples of its last few reports."""
-        found: list[ConnSample] = []
-        for samples in self.conns.values():
-            found.extend(list(samples)[-intervals * CONNS_PER_REPORT :])
-        return found
+        return [sample for rank in self.conns for sample in self.recent_of(rank, intervals)]
 
 
 def _unsort(ordered: dict[int, list[float]], sample: ConnSample) -> None:

@@ -63,8 +63,8 @@ class RankTime:
     # (reports of several communicators interleave: sorted again after new ones came).
     ops_ordered: bool = False
     a2a_ordered: bool = False
-    # The longest operation in ``ops`` (-1: not known yet): how far before a window to look.
-    longest_ns: int = -1
+    # The longest operation in ``ops``: how far before a window to look.
+    longest_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +174,6 @@ class ComputeTracker:
         ops = rank.ops
         if not rank.ops_ordered:
             ops.sort()  # nearly sorted already: cheap
-            if rank.longest_ns < 0:  # restored from a snapshot
-                rank.longest_ns = max((b - a for a, b in ops), default=0)
             rank.ops_ordered = True
         # Operations that overlap the window entered after lo - longest and before hi.
         first = bisect_left(ops, (lo - rank.longest_ns,))

@@ -216,9 +216,7 @@ class FabricCorrelator:
     def _shared_switch(self, links: list[str]) -> SuspectScore | None:
         ends: Counter[str] = Counter()
         for link in links:
-            for pair, name in self._link_of.items():
-                if name == link:
-                    ends.update(pair)
+            ends.update(self._ends.get(link, ()))
         if not ends:
             return None
         switch, count = ends.most_common(1)[0]

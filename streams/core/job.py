@@ -9,15 +9,7 @@ from statistics import median
 from typing import Any
 
 from schemas.messages import Collective, Diagnosis, Job, RankPlace
-from streams.core.comm import (
-    CONNS_PER_REPORT,
-    NOT_YET,
-    RECENT_INTERVALS,
-    CommTracker,
-    ConnSample,
-    Hang,
-    Member,
-)
+from streams.core.comm import NOT_YET, CommTracker, ConnSample, Hang, Member
 from streams.core.compute import ComputeTracker
 from streams.core.findings import FindingBook, SuspectScore
 from streams.core.params import DetectorParams
@@ -549,24 +541,20 @@ class JobDetector:
             return known[1]
         per_rank = self._rank_throughputs.setdefault(key, {})
         found: dict[tuple[int, int], float] = {}
-        for rank, samples in tracker.conns.items():
+        for rank in tracker.conns:
             stamp = (tracker.conn_reports.get(rank, 0), generation)
             cached = per_rank.get(rank)
             if cached is None or cached[0] != stamp or generation is None:
-                kept = list(samples)
                 if history:
-                    values = self._own_past(tracker, rank, kept)
+                    values = self._own_past(tracker, rank)
                 else:
-                    recent = kept[-RECENT_INTERVALS * CONNS_PER_REPORT :]
-                    values = self._conn_throughput(tracker, recent)
+                    values = self._conn_throughput(tracker, tracker.recent_of(rank))
                 cached = per_rank[rank] = (stamp, values)
             found.update(cached[1])
         self._throughputs[key] = (version, found)
         return found
 
-    def _own_past(
-        self, tracker: CommTracker, rank: int, kept: list[ConnSample]
-    ) -> dict[tuple[int, int], float]:
+    def _own_past(self, tracker: CommTracker, rank: int) -> dict[tuple[int, int], float]:
         """The high quantile of each of a rank's connections over its kept samples, read
         off the tracker's sorted values; a flow that moved counts only its samples since."""
         found: dict[tuple[int, int], float] = {}
@@ -579,6 +567,7 @@ class JobDetector:
                     min(len(values) - 1, int(HISTORY_QUANTILE * len(values)))
                 ]
         if moved:
+            kept = list(tracker.conns.get(rank, ()))
             return self._conn_throughput(tracker, kept, HISTORY_QUANTILE)
         return found
 

@@ -91,16 +91,22 @@ def _window(tracker: ComputeTracker, start: int, ends: int, compute: dict[int, i
         tracker.add(rank, "c", ends, (ends // MS,), ("alltoall",), (4 * MIB,), (enter,), (ends,))
 
 
-def test_compute_windows_name_the_rank_that_computes_longer() -> None:
+def _judged(length_ms: int, compute: dict[int, int]) -> ComputeTracker:
+    """Ten windows of ``length_ms`` between sync points, each rank computing the same."""
     tracker = ComputeTracker(slice_ns=1_000 * MS)
-    members = (0, 1, 2, 3)
+    members = tuple(compute)
     t = 0
     for _ in range(10):
-        end = t + 1_200 * MS
-        _window(tracker, t, end, {0: 700 * MS, 1: 700 * MS, 2: 910 * MS, 3: 690 * MS})
-        tracker.sync("c", members, [end] * 4)
+        end = t + length_ms * MS
+        _window(tracker, t, end, compute)
+        tracker.sync("c", members, [end] * len(members))
         t = end
     tracker.judge()
+    return tracker
+
+
+def test_compute_windows_name_the_rank_that_computes_longer() -> None:
+    tracker = _judged(1_200, {0: 700 * MS, 1: 700 * MS, 2: 910 * MS, 3: 690 * MS})
     slow = tracker.slow_ranks(window=7, least=4, threshold=1.06)
     assert [s.global_rank for s in slow] == [2]
     assert 1.25 < slow[0].ratio < 1.35
@@ -111,15 +117,7 @@ def test_compute_windows_name_the_rank_that_computes_longer() -> None:
 def test_peers_that_barely_compute_judge_only_a_rank_well_beyond_the_floor() -> None:
     # A communication-bound group: the peers compute 1% of each window. Rank 2 computing 40%
     # is waited for (judged against the floor); rank 3 at 6% is not judged at all.
-    tracker = ComputeTracker(slice_ns=1_000 * MS)
-    members = (0, 1, 2, 3)
-    t = 0
-    for _ in range(10):
-        end = t + 1_000 * MS
-        _window(tracker, t, end, {0: 10 * MS, 1: 10 * MS, 2: 400 * MS, 3: 60 * MS})
-        tracker.sync("c", members, [end] * 4)
-        t = end
-    tracker.judge()
+    tracker = _judged(1_000, {0: 10 * MS, 1: 10 * MS, 2: 400 * MS, 3: 60 * MS})
     slow = tracker.slow_ranks(window=7, least=4, threshold=1.06)
     assert [s.global_rank for s in slow] == [2]
     assert all(v[1] is None for v in tracker.verdicts[3])
