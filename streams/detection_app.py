@@ -15,6 +15,7 @@ What runs where, with several workers in one consumer group:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -46,6 +47,8 @@ from streams.shared import TableFacts
 log = logging.getLogger(__name__)
 
 LAG_EVERY_S = 2.0
+# The job topic's end offsets, asked of the broker each tick: not longer than a tick or two.
+HIGHWATERS_TIMEOUT_S = 1.0
 FABRIC_STATE_KEY = FABRIC_KEY.encode()
 
 
@@ -219,7 +222,7 @@ def create_detection_app(
             await publish(fabric.on_report(value))
 
     async def tick() -> None:
-        _measure_progress(app, lag, kind_of_topic)
+        await _measure_progress(app, lag, kind_of_topic, facts, config.partitions)
         found = durable.on_timer()
         await publish(found)
         changed = durable.engine.drain_slow_paths()
@@ -302,8 +305,18 @@ class _FabricSide:
             log.warning("fabric correlator state unreadable, relearning: %s", error)
 
 
-def _measure_progress(app: faust.App, lag: InputLag, kind_of_topic: Mapping[str, str]) -> None:
-    """Which assigned input partitions hold records not processed yet (see `InputLag`)."""
+async def _measure_progress(
+    app: faust.App,
+    lag: InputLag,
+    kind_of_topic: Mapping[str, str],
+    facts: TableFacts,
+    partitions: int,
+) -> None:
+    """Which input partitions hold records not processed yet (see `InputLag`).
+
+    This worker's own partitions, and the job topic's others: their placements reach this
+    worker through the shared facts, complete up to the offset their owner wrote there.
+    """
     consumer = app.consumer
     assigned = [tp for tp in consumer.assignment() if tp.topic in kind_of_topic]
     if not assigned:
@@ -316,10 +329,34 @@ def _measure_progress(app: faust.App, lag: InputLag, kind_of_topic: Mapping[str,
         except Exception as error:  # noqa: BLE001 - unknown counts as behind
             log.debug("no high watermark for %s: %s", tp, error)
             highwater = None
+        kind = kind_of_topic[tp.topic]
         done = max(lag.processed.get(tp, 0), committed.get(tp) or 0)
+        if kind == "job":
+            facts.learn_placed_through(tp.partition, done)
         if highwater is None or done < highwater:
-            behind[kind_of_topic[tp.topic]].add(tp.partition)
+            behind[kind].add(tp.partition)
+    job_topic = next((topic for topic, kind in kind_of_topic.items() if kind == "job"), None)
+    if job_topic is not None:
+        mine = {tp.partition for tp in assigned if tp.topic == job_topic}
+        others = [faust.types.TP(job_topic, p) for p in range(partitions) if p not in mine]
+        behind["job"] |= await _placements_behind(consumer, facts, others)
     lag.update(behind)
+
+
+async def _placements_behind(consumer: Any, facts: TableFacts, others: list[Any]) -> set[int]:
+    """The job topic's partitions owned elsewhere whose placements the facts lack yet."""
+    if not others:
+        return set()
+    try:
+        highwaters = await asyncio.wait_for(consumer.highwaters(*others), HIGHWATERS_TIMEOUT_S)
+    except Exception as error:  # noqa: BLE001 - a broker away: unknown counts as behind
+        log.debug("no high watermarks for the job topic: %s", error)
+        highwaters = {}
+    return {
+        tp.partition
+        for tp in others
+        if highwaters.get(tp) is None or facts.placed_through(tp.partition) < highwaters[tp]
+    }
 
 
 async def _record_lag(app: faust.App, metrics: StreamMetrics) -> None:

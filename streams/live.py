@@ -34,7 +34,9 @@ class InputLag:
     burst reaches the worker topic by topic and partition in any order, so a conclusion
     that joins a job's reports with a node's link reports, or a part with its job's
     placement, waits while the other side is behind (as Kafka Streams waits for a task's
-    lagging partitions before it processes the others in time order). Until the first
+    lagging partitions before it processes the others in time order). Scaled out, the job
+    topic's partitions owned by other workers count too: their placements arrive through the
+    shared facts, behind until those hold them up to the partition's end. Until the first
     measurement after an assignment everything counts as behind.
     """
 

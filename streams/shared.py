@@ -17,6 +17,9 @@ from streams.core.places import gpu_id, port_id
 
 FactTable = MutableMapping[bytes, bytes]
 
+# The keys of a placement: a NIC port's job, a GPU's job.
+_PLACE_KEYS = (b"port:", b"gpu:")
+
 
 class TableFacts:
     """`SharedFacts` read from, and learnt into, a table of small byte values."""
@@ -81,9 +84,24 @@ class TableFacts:
             degraded = engine.hardware.errors_rising(port)
             self._set(f"health:{port}", f"{int(down)}{int(degraded)}")
 
+    def placed_through(self, partition: int) -> int:
+        """How far (next offset) the job topic's ``partition`` is learnt into the table."""
+        value = self._get(f"placed:{partition}")
+        return int(value) if value is not None and value.isdigit() else 0
+
+    def learn_placed_through(self, partition: int, next_offset: int) -> None:
+        """The placements of ``partition`` before ``next_offset`` are in the table.
+
+        Written by the partition's owner after the placements themselves: the table's one
+        changelog partition keeps that order, so a worker that reads this has them too.
+        """
+        if next_offset > self.placed_through(partition):
+            self._set(f"placed:{partition}", str(next_offset))
+
     def _learn_job(self, job: Job) -> None:
         mine = job.job.encode()
-        for key in [k for k, v in list(self._table.items()) if v == mine and k[:4] != b"via:"]:
+        rows = list(self._table.items())
+        for key in [k for k, v in rows if v == mine and k.startswith(_PLACE_KEYS)]:
             del self._table[key]
         if job.state == "stopped":
             return

@@ -39,6 +39,8 @@ worker = create_detection_app(
             # A killed member holds its partitions until its session times out: short here.
             "broker_session_timeout": float(os.environ.get("C4_TEST_SESSION_TIMEOUT", "60")),
             "broker_heartbeat_interval": 1.0,
+            # Named, so that a test can tell which worker owns which partitions.
+            "broker_client_id": os.environ.get("C4_TEST_CLIENT_ID", "c4-test-worker"),
         },
     )
 )

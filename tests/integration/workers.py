@@ -41,6 +41,12 @@ class FaustWorker:
         log.close()  # the child holds its own descriptor
         return self
 
+    @property
+    def pid(self) -> int:
+        """The worker's process id (to pause it with SIGSTOP, say)."""
+        assert self._process is not None
+        return self._process.pid
+
     def kill(self) -> None:
         """kill -9: no shutdown, no commit, no goodbye to the consumer group."""
         assert self._process is not None

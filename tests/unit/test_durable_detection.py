@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from producers.simulator import scenario_from, simulate
 from schemas.base import C4Model
-from schemas.messages import Diagnosis, Link, Route, RoutePath
+from schemas.messages import Diagnosis, Job, Link, RankPlace, Route, RoutePath
 from streams.core.engine import Engine
 from streams.durable import DurableDetection
 from streams.live import LiveDetection
@@ -177,3 +177,20 @@ def test_table_facts_say_when_a_plan_moved_a_flow() -> None:
     again = route("p-3", "spine-a-0", writer.now_ns)
     facts.learn(again, writer)  # the same spine in a newer plan: not moved again
     assert facts.moved_at(flow) == writer.routes.moved_at(flow) < writer.now_ns
+
+
+def test_table_facts_say_how_far_each_job_partition_is_learnt() -> None:
+    table: dict[bytes, bytes] = {}
+    facts = TableFacts(table)
+    writer = Engine()
+    assert facts.placed_through(3) == 0
+    facts.learn_placed_through(3, 5)
+    facts.learn_placed_through(3, 4)  # an older measurement: the table keeps the furthest
+    assert (facts.placed_through(3), facts.placed_through(2)) == (5, 0)
+    # A job named like an offset: its placement (and its end) leaves the offsets alone.
+    place = (RankPlace(rank=0, node="node-000", gpu=0, port="mlx5_0:1"),)
+    for state in ("running", "stopped"):
+        job = Job(v=1, kind="job", job="5", ts_ns=1, state=state, ranks=place, comms={})
+        writer.process(job)
+        facts.learn(job, writer)
+    assert facts.job_of_port("node-000/mlx5_0:1") is None and facts.placed_through(3) == 5
