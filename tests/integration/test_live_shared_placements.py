@@ -17,7 +17,8 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from schemas.messages import C4Model, Job, Link, LinkCounters, RankPlace
+from schemas.base import C4Model
+from schemas.messages import Job, Link, LinkCounters, RankPlace
 from streams.detection_app import partition_of
 from tests.integration.live_runs import DiagnosisReader, publish, topic_env
 from tests.integration.workers import FaustWorker
