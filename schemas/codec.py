@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from schemas.base import RULE_ERROR_TYPE, C4Model
+from schemas.fastpath import decode_hot
 from schemas.files import Flows, Plan, Topology
 from schemas.messages import (
     Action,
@@ -93,6 +94,9 @@ def decode(
         return Rejection(
             RejectCode.TOO_LARGE, "", f"message of {size} bytes exceeds {MAX_MESSAGE_BYTES}"
         )
+    fast = decode_hot(data, kind)
+    if fast is not None:
+        return fast
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as error:

@@ -1,0 +1,247 @@
+"""The decode fast path agrees with the models on valid and broken documents alike."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from producers.simulator import scenario_from, simulate
+from schemas.base import C4Model
+from schemas.codec import MODELS, decode, encode
+from schemas.fastpath import decode_hot
+from tests.unit.test_codec_properties import collectives, json_values, links
+
+
+def slow(raw: bytes, kind: str) -> C4Model | None:
+    """What the models say: the model, or None when they reject the document."""
+    try:
+        return MODELS[kind].model_validate(orjson.loads(raw))
+    except (ValidationError, orjson.JSONDecodeError):
+        return None
+
+
+def assert_same_bytes(raw: bytes, kind: str) -> C4Model | None:
+    """The fast path's answer, after checking it against the models' own."""
+    fast = decode_hot(raw, kind)
+    expected = slow(raw, kind)
+    if fast is not None:
+        assert expected is not None, f"the fast path let an invalid document through: {raw!r}"
+        assert fast == expected
+        assert type(fast.model_dump()) is dict
+        assert fast.model_fields_set == {
+            name for name in expected.model_fields_set if getattr(expected, name) is not None
+        }
+        assert encode(fast) == encode(expected)
+    return fast
+
+
+def assert_same(obj: dict[str, Any], kind: str | None = None) -> C4Model | None:
+    return assert_same_bytes(orjson.dumps(obj), kind or obj["kind"])
+
+
+@st.composite
+def pairs(draw: st.DrawFn) -> dict[str, Any]:
+    """A collective of a two-member communicator: send and recv allowed."""
+    message = draw(collectives())
+    message["comm_size"] = 2
+    message["rank"] = draw(st.integers(0, 1))
+    n = len(message["ops"]["seq"])
+    message["ops"]["op"] = draw(st.lists(st.sampled_from(["send", "recv"]), min_size=n, max_size=n))
+    message.pop("conns", None)
+    if draw(st.booleans()):
+        peer = 1 - message["rank"]
+        message["conns"] = {"peer": [peer], "port": ["mlx5_0:1"], "bytes": [1], "busy_ns": [2]}
+    return message
+
+
+documents = st.one_of(collectives(), pairs(), links())
+
+
+def _places(obj: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a document: the paths of its keys and array elements."""
+    found = [path] if path else []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            found += _places(value, (*path, key))
+    elif isinstance(obj, list):
+        for index, value in enumerate(obj):
+            found += _places(value, (*path, index))
+    return found
+
+
+# Near misses of the checks: the values a strict validator must tell apart.
+NEAR_MISSES: list[Any] = [
+    *(True, False, None, -1, 0, 1, 2, 2**64 - 1, 1.0, 0.5, -0.5, -0.0, 1e308, 200),
+    *("", "1", "x" * 256, "x" * 257, "\u00e9" * 256, [], [None], [-1], {}, {"seq": []}),
+    *("send", "recv", "allreduce", "alltoall ", "up", "down", "Up"),
+]
+tricky = st.one_of(json_values, st.sampled_from(NEAR_MISSES), st.integers(-(2**63), 2**64 - 1))
+
+
+@st.composite
+def broken(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid document with one, two or three places replaced, removed or added."""
+    message = draw(documents)
+    for _ in range(draw(st.integers(1, 3))):
+        places = _places(message)
+        path = draw(st.sampled_from(places))
+        parent: Any = message
+        for step in path[:-1]:
+            parent = parent[step]
+        last = path[-1]
+        action = draw(st.sampled_from(["replace", "remove", "add"]))
+        if action == "replace" or (action == "remove" and isinstance(parent, list)):
+            parent[last] = draw(tricky)
+        elif action == "remove":
+            del parent[last]
+        elif isinstance(parent, list):
+            parent.append(draw(tricky))
+        else:
+            parent[draw(st.sampled_from(["extra", "node", "gpu", "conns", "gbps"]))] = draw(tricky)
+    message["v"], message["kind"] = 1, message.get("kind", "collective")
+    if message["kind"] not in ("collective", "link"):
+        message["kind"] = "collective"
+    return message
+
+
+@settings(max_examples=500)
+@given(documents)
+def test_valid_documents_take_the_fast_path_to_the_same_model(obj: dict[str, Any]) -> None:
+    assert assert_same(obj) is not None, obj
+
+
+@settings(max_examples=3000)
+@given(broken())
+def test_the_fast_path_lets_no_broken_document_through(obj: dict[str, Any]) -> None:
+    assert_same(obj)
+
+
+EXAMPLES: list[dict[str, Any]] = [
+    {
+        "v": 1,
+        "kind": "collective",
+        "job": "job-1",
+        "comm": "dp-0",
+        "comm_size": 4,
+        "rank": 1,
+        "global_rank": 9,
+        "node": "node-001",
+        "gpu": 1,
+        "ts_ns": 10,
+        "ops": {
+            "seq": [7, 8],
+            "op": ["allreduce", "allgather"],
+            "bytes": [8, 16],
+            "enter_ns": [5, 6],
+            "end_ns": [6, None],
+        },
+        "conns": {
+            "peer": [0, 2],
+            "port": ["mlx5_0:1", "mlx5_0:1"],
+            "bytes": [4, 4],
+            "busy_ns": [2, 3],
+        },
+    },
+    {
+        "v": 1,
+        "kind": "link",
+        "node": "node-001",
+        "port": "mlx5_0:1",
+        "ts_ns": 10,
+        "state": "up",
+        "gbps": 200.0,
+        "counters": {"symbol_err": 3, "link_down": 0, "timeout_retrans": 1},
+    },
+]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: str(e["kind"]))
+def test_every_place_of_a_message_with_every_near_miss(example: dict[str, Any]) -> None:
+    assert assert_same(example) is not None
+    for path in _places(example):
+        for value in NEAR_MISSES:
+            obj = copy.deepcopy(example)
+            parent: Any = obj
+            for step in path[:-1]:
+                parent = parent[step]
+            parent[path[-1]] = value
+            assert_same(obj, example["kind"])
+            if isinstance(parent, dict):
+                del parent[path[-1]]
+                assert_same(obj, example["kind"])
+
+
+def one_op(name: str, end: int | None) -> dict[str, list[Any]]:
+    return {"seq": [1], "op": [name], "bytes": [1], "enter_ns": [5], "end_ns": [end]}
+
+
+@pytest.mark.parametrize(
+    ("change", "fast"),
+    [
+        ({}, True),
+        ({"rank": True}, False),  # strict: a boolean is not a rank
+        ({"rank": 4}, False),  # rank < comm_size
+        ({"comm_size": 2}, True),
+        ({"ops": one_op("allreduce", 4)}, False),  # ends before it entered
+        ({"ops": one_op("send", None)}, False),  # send/recv only in a two-member communicator
+        ({"ops": one_op("send", None), "comm_size": 2}, True),
+        ({"ops": one_op("recv", None), "comm_size": 1}, False),
+        ({"conns": {"peer": [0], "port": ["p"], "bytes": [1], "busy_ns": [1]}}, False),  # itself
+        ({"job": ""}, False),
+        ({"gpu": None, "node": None}, True),
+        ({"surplus": {"ignored": True}}, True),
+    ],
+)
+def test_the_contract_rules_hold_on_the_fast_path(change: dict[str, Any], fast: bool) -> None:
+    obj = {
+        "v": 1,
+        "kind": "collective",
+        "job": "job-1",
+        "comm": "c",
+        "comm_size": 4,
+        "rank": 0,
+        "global_rank": 0,
+        "ts_ns": 10,
+        "ops": {"seq": [1], "op": ["allreduce"], "bytes": [8], "enter_ns": [5], "end_ns": [6]},
+    } | change
+    assert (assert_same(obj) is not None) is fast
+
+
+def test_every_simulated_collective_and_link_takes_the_fast_path() -> None:
+    scenario = scenario_from(
+        {
+            "seed": 3,
+            "duration_s": 6,
+            "jobs": [{"id": "job-1", "ranks": 16, "parallel": {"tp": 4, "pp": 2}}],
+        }
+    )
+    messages = list(simulate(None, scenario))
+    hot = [m for m in messages if getattr(m, "kind", "") in ("collective", "link")]
+    assert {getattr(m, "kind", "") for m in hot} == {"collective", "link"}
+    for message in hot:
+        wire = encode(message)
+        assert assert_same_bytes(wire, message.kind) is not None, wire  # type: ignore[attr-defined]
+        assert decode(wire) == message
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"v":1,"kind":"link","node":"n","port":"p","ts_ns":1,"state":"up","counters":{},"ts_ns":-1}',
+        b'{"v":1,"kind":"link","node":"n","port":"p","ts_ns":18446744073709551616,"state":"up","counters":{}}',
+        b'{"v":1,"kind":"link","node":"n","port":"p","ts_ns":1,"state":"up","counters":{},"gbps":1e400}',
+        b'{"v":1,"kind":"link","node":"\\ud800","port":"p","ts_ns":1,"state":"up","counters":{}}',
+        b'{"v":1,"kind":"link","node":"n","port":"p","ts_ns":1,"state":"up","counters":{}} x',
+        b'{"v":1,"kind":"link","node":"n","port":"p","ts_ns":1,"state":"up","counters":{"symbol_err":null}}',
+        b'{"v":1,"kind":"link","node":"\xff","port":"p","ts_ns":1,"state":"up","counters":{}}',
+    ],
+)
+def test_json_edge_cases_are_read_as_orjson_reads_them(raw: bytes) -> None:
+    assert_same_bytes(raw, "link")
+    assert_same_bytes(raw, "collective")
