@@ -10,6 +10,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import deque
 from dataclasses import dataclass, field
+from operator import sub
 from typing import Any
 
 from schemas.messages import Collective
@@ -238,11 +239,12 @@ class CommTracker:
         self.ops_seen += 1
         if state.inferred:
             return  # some of its times are stand-ins: nothing to learn from its durations
-        durations = [end - enter for enter, end in zip(state.enter, state.end, strict=True)]
+        ends = state.end
+        durations = list(map(sub, ends, state.enter))
         ordered = sorted(durations)  # one sort: shortest, median and longest from it
         shortest = ordered[0]
         self.spans.add(ordered[-1])
-        finished = max(state.end)
+        finished = max(ends)
         if self.last_end_ns is not None and finished > self.last_end_ns:
             self.periods.add(finished - self.last_end_ns)
         self.last_end_ns = finished

@@ -14,6 +14,12 @@ class ParamsError(StreamsError):
     """A detector parameter is unknown or out of range."""
 
 
+# Parameters that size a window of samples: an empty window has no median to judge by.
+WINDOW_SIZES = frozenset(
+    ("straggler_window", "straggler_slices", "slow_baseline_ops", "slow_recent_ops")
+)
+
+
 @dataclass(frozen=True, slots=True)
 class DetectorParams:
     """Thresholds and window sizes of the detectors (times in event-time nanoseconds)."""
@@ -58,6 +64,9 @@ class DetectorParams:
                 raise ParamsError(message)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 message = f"detector parameter {name} must be a non-negative number, got {value!r}"
+                raise ParamsError(message)
+            if name in WINDOW_SIZES and value < 1:
+                message = f"detector parameter {name} is a window size: at least 1, got {value!r}"
                 raise ParamsError(message)
         typed: dict[str, Any] = {
             name: (int(value) if isinstance(getattr(self, name), int) else float(value))

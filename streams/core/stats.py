@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 from collections import deque
-from statistics import median
+from itertools import islice
 from typing import Any
+
+
+def median_of_sorted(ordered: list[float]) -> float:
+    """The median of an already sorted, non-empty list (as `statistics.median` says it)."""
+    n = len(ordered)
+    half = n // 2
+    if n % 2:
+        return ordered[half]
+    return (ordered[half - 1] + ordered[half]) / 2
 
 
 class Window:
@@ -24,7 +33,7 @@ class Window:
 
     def median(self) -> float | None:
         """The median of the window, None while empty."""
-        return median(self._samples) if self._samples else None
+        return median_of_sorted(sorted(self._samples)) if self._samples else None
 
     def state(self) -> list[float]:
         """The samples, oldest first (for a snapshot)."""
@@ -62,12 +71,14 @@ class Baseline:
         """The reference value (frozen while a slowdown is open)."""
         if self._frozen is not None:
             return self._frozen
-        older = list(self._history)[: -self._recent]
-        return median(older)
+        history = self._history
+        return median_of_sorted(sorted(islice(history, 0, len(history) - self._recent)))
 
     def recent(self) -> float:
         """The median of the most recent samples."""
-        return median(list(self._history)[-self._recent :])
+        history = self._history
+        start = max(0, len(history) - self._recent)
+        return median_of_sorted(sorted(islice(history, start, None)))
 
     def freeze(self) -> None:
         """Keep the current baseline until `thaw`."""

@@ -58,3 +58,7 @@ def test_bad_files_give_one_line_errors(tmp_path: Path) -> None:
     result = run_c4("diagnose", "--params", str(params))
     assert result.returncode == 1
     assert b"unknown detector parameter 'no_such'" in result.stderr
+    params.write_text('{"defaults": {"slow_recent_ops": 0}}')  # no median of nothing
+    result = run_c4("diagnose", "--params", str(params))
+    assert result.returncode == 1
+    assert b"slow_recent_ops is a window size: at least 1, got 0" in result.stderr
