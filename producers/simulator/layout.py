@@ -4,8 +4,9 @@ A plain job has one data-parallel communicator over all ranks and, optionally, o
 tensor-parallel group per node. A 3D-parallel job (`Parallel`) follows Megatron's rank order
 (tp fastest, then dp, then pp): tensor-parallel groups inside a node, one data-parallel group
 per (stage, tp index), expert-parallel groups of ``ep`` consecutive replicas inside it, and a
-point-to-point communicator for each pair of neighbouring stages of one pipeline, named
-after its pipeline group as the contract says (``<group>:p2p:<lo>-<hi>``).
+point-to-point communicator for each pair of neighbouring stages of one pipeline (the last
+and the first stage too, interleaved), named after its pipeline group as the contract says
+(``<group>:p2p:<lo>-<hi>``).
 """
 
 from __future__ import annotations
@@ -78,10 +79,14 @@ def groups(spec: JobSpec) -> list[Group]:
                         rank_at(shape, dp, t, block * shape.ep + e, stage) for e in range(shape.ep)
                     )
                     found.append(Group(f"ep{stage}.{t}.{block}", "ep", members))
+    # Interleaved (virtual stages), the last stage's chunk feeds the first stage's next
+    # chunk: a wrap-around pair, unless two stages share their one pair already.
+    wrap = shape.virtual_stages > 1 and shape.pp > 2
     for d in range(dp):
         for t in range(shape.tp):
-            for stage in range(shape.pp - 1):
+            for stage in range(shape.pp - 1 + wrap):
                 a = rank_at(shape, dp, t, d, stage)
-                b = rank_at(shape, dp, t, d, stage + 1)
+                b = rank_at(shape, dp, t, d, (stage + 1) % shape.pp)
+                a, b = min(a, b), max(a, b)
                 found.append(Group(f"pp{d}.{t}:p2p:{a}-{b}", "pp", (a, b), f"pp{d}.{t}"))
     return found

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from producers.simulator.cluster import NVLINK_GBPS, Comm, PlacedJob
 from producers.simulator.effects import NS_PER_S, JobEffects, at_ns
+from producers.simulator.interleaved import schedule
 from producers.simulator.jobsim import (
     COMMON_SIGMA,
     END_SKEW_NS,
@@ -155,7 +156,14 @@ class _ParallelSim:
                 ep = index
             elif comm.kind == "pp":
                 other = comm.members[0] if comm.members[1] == rank else comm.members[1]
-                if other < rank:
+                stage = coords(self.shape, self.dp, other).pp
+                pp = self.shape.pp
+                if self.shape.virtual_stages > 1:  # neighbours round the ring of stages
+                    if stage == (where.pp - 1) % pp:
+                        prev = index
+                    if stage == (where.pp + 1) % pp:
+                        nxt = index
+                elif stage < where.pp:
                     prev = index
                 else:
                     nxt = index
@@ -209,6 +217,9 @@ class _ParallelSim:
         m = shape.microbatches
         warmup = min(shape.pp - roles.stage - 1, m)
         out: list[Instruction] = []
+        if shape.virtual_stages > 1:
+            out = self._interleaved(roles, fwd / shape.virtual_stages, member)
+            warmup = m = 0  # the pipeline part is done: on to the data-parallel step
         for _ in range(warmup):
             if prev is not None:
                 out.append(Operation(prev, "recv", act))
@@ -241,6 +252,36 @@ class _ParallelSim:
             for _ in range(shape.dp_buckets):
                 out.append(Operation(roles.dp, "allgather", shape.bucket_bytes))
                 out.append(Compute(BUCKET_GAP_NS))
+        return out
+
+    def _interleaved(self, roles: _Roles, chunk_ns: float, member: int) -> list[Instruction]:
+        """The interleaved 1F1B part of an iteration: a chunk's pass, then the exchanges."""
+        shape = self.shape
+        act = shape.activation_bytes
+        forward = self._pass(roles, chunk_ns, member)
+        backward = self._pass(roles, 2 * chunk_ns, member)
+        # Pairs in one order on every stage (even stages: next first), so that no ring of
+        # stages waits on itself; two stages share one pair, entered once.
+        first_next = roles.stage % 2 == 0
+        out: list[Instruction] = []
+        for step in schedule(shape.pp, shape.microbatches, shape.virtual_stages)[roles.stage]:
+            if step.unit is not None:
+                out += backward if step.unit.backward else forward
+            exchanges = [(step.with_next, roles.next, step.sends_next)]
+            exchanges.append((step.with_prev, roles.prev, step.sends_prev))
+            if roles.next == roles.prev:  # two stages: both directions on their one pair
+                exchanges = [
+                    (
+                        step.with_next or step.with_prev,
+                        roles.next,
+                        step.sends_next or step.sends_prev,
+                    )
+                ]
+            elif not first_next:
+                exchanges.reverse()
+            for happens, comm, sends in exchanges:
+                if happens and comm is not None:
+                    out.append(Operation(comm, "send" if sends else "recv", act))
         return out
 
     # --- the run -----------------------------------------------------------------------
@@ -398,9 +439,7 @@ class _ParallelSim:
         self._record(c, seq, run, pending.member_bytes)
         return released
 
-    def _record(
-        self, c: int, seq: int, run: OpRun, member_bytes: tuple[int, ...] | None
-    ) -> None:
+    def _record(self, c: int, seq: int, run: OpRun, member_bytes: tuple[int, ...] | None) -> None:
         """Keep runs in seq order: an operation may complete before an earlier one did."""
         if member_bytes is not None:
             run.member_bytes = list(member_bytes)

@@ -58,6 +58,9 @@ class Parallel(_Strict):
     gpu_spread: float = Field(default=0.02, ge=0, le=0.1)
     # Per rank and iteration, the chance that its data loader stalls it (first stage only).
     loader_stall: float = Field(default=0.0, ge=0, le=1)
+    # Model chunks per stage (Megatron's virtual pipeline): above 1 the schedule is the
+    # interleaved 1F1B, and the last stage sends on to the first over a wrap-around pair.
+    virtual_stages: int = Field(default=1, ge=1, le=16)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -66,6 +69,9 @@ class Parallel(_Strict):
             raise ValueError(message)
         if self.pp > 1 and self.microbatches < self.pp:
             message = "parallel.microbatches must be at least pp (1F1B)"
+            raise ValueError(message)
+        if self.virtual_stages > 1 and (self.pp < 2 or self.microbatches % self.pp):
+            message = "parallel.virtual_stages > 1 needs pp >= 2 and microbatches a multiple of pp"
             raise ValueError(message)
         return self
 

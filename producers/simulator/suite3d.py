@@ -1,7 +1,8 @@
 """The 3D-parallel scenario suite: the jobs people train, their faults, and their traps.
 
-Megatron-style jobs over many (nodes, tp, pp, dp, ep) shapes: tensor-parallel groups inside
-a node, a 1F1B pipeline over point-to-point pairs, data-parallel groups over the NIC ports,
+Megatron-style jobs over many (nodes, tp, pp, dp, ep, virtual stages) shapes: tensor-parallel
+groups inside a node, a 1F1B pipeline (some interleaved, with a wrap-around pair) over
+point-to-point pairs, data-parallel groups over the NIC ports,
 MoE all-to-alls with a hot expert per iteration, the normal +-2% spread of GPU speed,
 pipeline bubbles, checkpoint and evaluation pauses, data-loader stalls and job-wide
 slowdowns. Each case has a kind: a fault (stuck pipeline stage, pipeline straggler, slow
@@ -81,13 +82,17 @@ def _shape(rng: random.Random, max_nodes: int, *, moe: bool, pp_min: int = 1) ->
             continue  # a job without data parallelism is rare
         ep = rng.choice(eps) if moe else 1
         ranks = pp * stage_nodes * 8
+        # Some pipelines interleaved (Megatron's virtual stages): microbatches by whole rounds.
+        virtual = rng.choice((1, 1, 2, 3)) if pp > 1 else 1
+        counts = [m for m in (4, 6, 8) if m >= pp and (virtual == 1 or m % pp == 0)]
         return {
             "ranks": ranks,
             "parallel": {
                 "tp": tp,
                 "pp": pp,
                 "ep": ep,
-                "microbatches": rng.choice([m for m in (4, 6, 8) if m >= pp]),
+                "virtual_stages": virtual,
+                "microbatches": rng.choice(counts),
                 "forward_ms": round(rng.uniform(15, 40), 1),
                 "activation_bytes": rng.choice((8, 16, 32)) * MIB,
                 "tp_bytes": rng.choice((4, 8, 16)) * MIB,
