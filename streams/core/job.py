@@ -21,6 +21,8 @@ MULTI_SUSPECT_PATIENCE_NS = 1_000_000_000
 # share of all it carries, are slow against the job-wide baseline of their kind.
 JOB_VOTE_MIN_CONNS = 3
 JOB_VOTE_SHARE = 0.75
+# This many ports of one node singled out together (no counters moving) are not port faults.
+CROWDED_NODE_PORTS = 3
 JOB_VOTE_EVERY_NS = 1_000_000_000
 # A slow connection is slow against its own past too: this quantile of its kept samples.
 HISTORY_QUANTILE = 0.8
@@ -449,7 +451,7 @@ class JobDetector:
         found: dict[str, SlowPath] = {path.flow: path for path in job_paths}
         for tracker in self.comms.values():
             slowdowns = tracker.slowdowns()
-            suspects, paths = self._slow_suspects(tracker)
+            suspects, paths = self._slow_suspects(tracker, job_ports)
             if not suspects and job_ports:
                 mine = {p for p in map(self._port_of, tracker.members) if p in job_ports}
                 if mine:
@@ -651,6 +653,7 @@ class JobDetector:
         }
         if len(ports) > max(2, len(carried) // 4):
             ports = {}  # slow nearly everywhere: no port singled out
+        ports = self._without_crowded_nodes(ports)
         paths = []
         if len(slow_conns) <= max(4, len(samples) // 4):
             for tracker, rank, peer, src, dst in slow_conns:
@@ -663,6 +666,22 @@ class JobDetector:
         if self._fabric_known:
             self.fabric_seen = self._seen_paths(others, ports, {path.flow for path in paths})
         return ports, paths
+
+    def _without_crowded_nodes(self, ports: dict[str, float]) -> dict[str, float]:
+        """Leave out the ports of a node where several are singled out at once, unless
+        their own counters say so: NIC ports do not fail together; what they share (their
+        node's uplinks, the leaf behind them, a link that went down and had its flows moved
+        onto the others) does, and the fabric correlator is given their paths instead."""
+        quiet = [port for port in ports if not self._ports.errors_rising(port)]
+        per_node = Counter(port.rpartition("/")[0] for port in quiet)
+        crowded = {node for node, count in per_node.items() if count >= CROWDED_NODE_PORTS}
+        if not crowded:
+            return ports
+        return {
+            port: score
+            for port, score in ports.items()
+            if port.rpartition("/")[0] not in crowded or self._ports.errors_rising(port)
+        }
 
     def _seen_paths(
         self,
@@ -708,9 +727,16 @@ class JobDetector:
         return bool(shared)
 
     def _slow_suspects(
-        self, tracker: CommTracker
+        self, tracker: CommTracker, job_ports: dict[str, float]
     ) -> tuple[tuple[SuspectScore, ...], list[SlowPath]]:
-        """A port two slow connections share, or else the slow connections' paths."""
+        """A port two slow connections share, or else the slow connections' paths.
+
+        Over a known fabric the port must be backed by more than this one group: the job's
+        vote (slow in most groups it carries) or its own counters. Within one group a port
+        and the path behind it look alike: a fabric link that went down moves its flows
+        onto the others, and the connections of a node behind them slow, in one group on
+        one port, in the next on another; the correlator, given the paths, names the link.
+        """
         per_conn = self._throughput_of(tracker)
         if not per_conn:
             return (), []
@@ -726,9 +752,11 @@ class JobDetector:
                     votes[port] += 1
         if votes:
             port, count = votes.most_common(1)[0]
-            if count >= 2 and (len(votes) == 1 or votes.most_common(2)[1][1] < count):
-                score = 0.97 if self._ports.errors_rising(port) else 0.9
-                return (SuspectScore("port", port, score),), []
+            rising = self._ports.errors_rising(port)
+            backed = not self._fabric_known or port in job_ports or rising
+            backed = backed or self._ports.is_down(port)
+            if count >= 2 and (len(votes) == 1 or votes.most_common(2)[1][1] < count) and backed:
+                return (SuspectScore("port", port, 0.97 if rising else 0.9),), []
         paths = []
         fell = self._fell(tracker, per_conn)
         for rank, peer in slow:

@@ -121,3 +121,62 @@ def test_peers_that_barely_compute_judge_only_a_rank_well_beyond_the_floor() -> 
     slow = tracker.slow_ranks(window=7, least=4, threshold=1.06)
     assert [s.global_rank for s in slow] == [2]
     assert all(v[1] is None for v in tracker.verdicts[3])
+
+
+def test_a_fabric_link_down_names_the_link_not_the_ports_of_the_node_behind_it() -> None:
+    # The link's flows move onto the leaf's other uplinks: in the data-parallel ring of
+    # job-3 the connections of the node behind that leaf slow, in each group on one of its
+    # ports. No job-wide vote nor counter backs a port: the correlator names the link.
+    mib = 1024 * 1024
+    case = {
+        "seed": 83,
+        "duration_s": 32,
+        "emit_routes": True,
+        "jobs": [
+            {"id": "job-1", "ranks": 8, "jitter": 0.0109, "parallel": {"tp": 4}},
+            {
+                "id": "job-2",
+                "ranks": 32,
+                "jitter": 0.0128,
+                "parallel": {"tp": 2, "pp": 2, "ep": 4, "microbatches": 4, "hot_expert_load": 1.2},
+            },
+            {
+                "id": "job-3",
+                "ranks": 32,
+                "jitter": 0.0148,
+                "parallel": {
+                    "tp": 8,
+                    "microbatches": 4,
+                    "forward_ms": 26.4,
+                    "activation_bytes": 8 * mib,
+                    "bucket_bytes": 100 * mib,
+                    "dp_buckets": 2,
+                },
+            },
+        ],
+        "faults": [{"at_s": 16.61, "type": "fabric_link_down", "link": "leaf-1a~spine-a-3"}],
+    }
+    assert _named(_firing(case)) == [("link_degraded", "leaf-1a~spine-a-3")]
+
+
+def test_the_ports_of_the_nodes_behind_a_link_that_went_down_are_not_named() -> None:
+    # Every port of two nodes behind leaf-2a is slow job-wide once their uplink went down
+    # and its flows moved onto the other one: four ports of one node at once are not four
+    # port faults (no counter moves); the correlator names the link.
+    case = {
+        "seed": 137,
+        "duration_s": 32,
+        "emit_routes": True,
+        "fabric": {"nodes_per_leaf": 2, "spines": 2},
+        "jobs": [
+            {"id": "job-1", "ranks": 8, "jitter": 0.0101, "parallel": {"tp": 4}},
+            {
+                "id": "job-2",
+                "ranks": 64,
+                "jitter": 0.0106,
+                "parallel": {"tp": 8, "pp": 2, "microbatches": 6, "forward_ms": 25.3},
+            },
+        ],
+        "faults": [{"at_s": 16.09, "type": "fabric_link_down", "link": "leaf-2a~spine-a-1"}],
+    }
+    assert _named(_firing(case)) == [("link_degraded", "leaf-2a~spine-a-1")]
