@@ -136,7 +136,12 @@ def create_detection_app(
     async def feed(key: str | None, message: C4Model) -> None:
         event = current_event()
         if event is not None:
-            lag.record(event.message.tp, event.message.offset)
+            lag.record(
+                event.message.tp,
+                event.message.offset,
+                kind_of_topic.get(event.message.tp.topic, ""),
+                int(getattr(message, "ts_ns", 0)),
+            )
         found = holder["durable"].on_message(message)
         holder["facts"].learn(message, holder["durable"].engine)
         await publish(found)
@@ -340,7 +345,8 @@ async def _measure_progress(
         mine = {tp.partition for tp in assigned if tp.topic == job_topic}
         others = [faust.types.TP(job_topic, p) for p in range(partitions) if p not in mine]
         behind["job"] |= await _placements_behind(consumer, facts, others)
-    lag.update(behind)
+    collective_topic = next((t for t, kind in kind_of_topic.items() if kind == "collective"), None)
+    lag.update(behind, {tp.partition for tp in assigned if tp.topic == collective_topic})
 
 
 async def _placements_behind(consumer: Any, facts: TableFacts, others: list[Any]) -> set[int]:

@@ -38,33 +38,85 @@ class InputLag:
     topic's partitions owned by other workers count too: their placements arrive through the
     shared facts, behind until those hold them up to the partition's end. Until the first
     measurement after an assignment everything counts as behind.
+
+    Records not yet published cannot be seen as behind: a job's placement and collectives,
+    keyed by the job, share a partition number, and that partition can lag the others in
+    event time while it holds nothing to read (its producer or its broker slow, its part of
+    a backlog still to come). So a job's placements also count as pending while one of the
+    collective partitions read here is more than ``lag_slack_ns`` behind the latest event
+    time seen, for at most ``idle_s`` wall seconds from when a conclusion first waited on
+    it, as Kafka Streams' ``max.task.idle.ms`` waits for an empty partition before it
+    processes the others ahead of it. A partition that stays empty (no job on it, a job
+    that ended) costs that wait once, not at every finding.
     """
 
-    def __init__(self, partition_of: Callable[[str], int]) -> None:
+    def __init__(
+        self,
+        partition_of: Callable[[str], int],
+        *,
+        lag_slack_ns: int = 5 * NS_PER_S,
+        idle_s: float = 15.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._partition_of = partition_of
         self._behind: dict[str, frozenset[int]] | None = None
         self.processed: dict[Any, int] = {}  # topic partition -> next offset to process
+        self.lag_slack_ns = lag_slack_ns
+        self.idle_s = idle_s
+        self._monotonic = monotonic
+        self._collective_parts: frozenset[int] = frozenset()  # read here, as last measured
+        self._stream_ns: dict[int, int] = {}  # collective partition -> latest event time
+        self._latest_ns = 0
+        # Since when a conclusion waits on these lagging collective partitions (wall time).
+        self._idle_wait: tuple[frozenset[int], float] | None = None
 
-    def record(self, tp: Any, offset: int) -> None:
-        """A record of ``tp`` at ``offset`` was processed."""
+    def record(self, tp: Any, offset: int, kind: str = "", ts_ns: int = 0) -> None:
+        """A record of ``tp`` at ``offset`` (of input ``kind``, event time ``ts_ns``) was
+        processed."""
         if offset >= self.processed.get(tp, 0):
             self.processed[tp] = offset + 1
+        if kind == "collective" and ts_ns > 0:
+            partition = int(getattr(tp, "partition", 0))
+            if ts_ns > self._stream_ns.get(partition, 0):
+                self._stream_ns[partition] = ts_ns
+        if kind in ("collective", "link", "gpu") and ts_ns > self._latest_ns:
+            self._latest_ns = ts_ns
 
-    def update(self, behind: Mapping[str, set[int]]) -> None:
-        """The partitions (by input kind) found behind now."""
+    def update(
+        self, behind: Mapping[str, set[int]], collective_parts: set[int] | None = None
+    ) -> None:
+        """The partitions (by input kind) found behind now; the collective topic's read here."""
         self._behind = {kind: frozenset(parts) for kind, parts in behind.items()}
+        if collective_parts is not None:
+            self._collective_parts = frozenset(collective_parts)
 
     def reset(self) -> None:
         """Partitions moved (a rebalance): unknown again until measured."""
         self._behind = None
+        self._idle_wait = None
 
     def _pending(self, kind: str) -> frozenset[int] | None:
         return None if self._behind is None else self._behind.get(kind, frozenset())
 
     def placements_pending(self) -> bool:
-        """Some partition of the job topic is behind (or not measured yet)."""
+        """Some partition of the job topic is behind (or not measured yet), or a collective
+        partition lags in event time and has not been waited on for ``idle_s`` yet."""
         parts = self._pending("job")
-        return parts is None or bool(parts)
+        if parts is None or parts:
+            return True
+        lagging = frozenset(
+            p
+            for p in self._collective_parts
+            if self._stream_ns.get(p, 0) < self._latest_ns - self.lag_slack_ns
+        )
+        if not lagging:
+            self._idle_wait = None
+            return False
+        now = self._monotonic()
+        if self._idle_wait is None or not lagging <= self._idle_wait[0]:
+            # A partition fell behind that was not waited on yet: its wait starts now.
+            self._idle_wait = (lagging, now)
+        return now - self._idle_wait[1] < self.idle_s
 
     def hardware_behind(self) -> bool:
         """Some partition of the link topic is behind (or not measured yet)."""

@@ -138,6 +138,8 @@ class HardwareMonitor:
     def release_deferred(self, now: int) -> list[Diagnosis]:
         """Fire the deferred findings whose job is known now, or all once none can come."""
         out: list[Diagnosis] = []
+        if not self._deferred:
+            return out  # asked only while something waits: a live wait's timer starts then
         pending = self._placements_pending()
         for (_, key), deferred in list(self._deferred.items()):
             lookup = self._job_of_gpu if deferred.suspects[0].type == "gpu" else self._job_of_port
