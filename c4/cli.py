@@ -3,54 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from pydantic import ValidationError
 
-from c4 import (
-    C4Error,
-    actions_cmd,
-    agent_cmd,
-    convert_cmd,
-    dashboard_cmd,
-    demo_cmd,
-    diagnose_cmd,
-    doctor,
-    plan_cmd,
-    schemas_cmd,
-    score_cmd,
-    simulate_cmd,
-    stack,
-    state_cmd,
-    streams_cmd,
-    topics,
-    topology_cmd,
-    validate,
-)
+from c4 import C4Error
 from c4.security import install_secret_redaction, settings_secrets
 from c4.settings import load_settings
 
-SUBCOMMANDS = (
-    validate,
-    schemas_cmd,
-    stack,
-    topics,
-    doctor,
-    streams_cmd,
-    diagnose_cmd,
-    simulate_cmd,
-    score_cmd,
-    topology_cmd,
-    plan_cmd,
-    state_cmd,
-    actions_cmd,
-    agent_cmd,
-    convert_cmd,
-    demo_cmd,
-    dashboard_cmd,
-)
+# Each command's module, imported only when that command runs (or for the full help):
+# `c4 diagnose` does not pay for the Faust, Redis and web imports of the workers.
+SUBCOMMANDS = {
+    "validate": "c4.validate",
+    "schemas": "c4.schemas_cmd",
+    "stack": "c4.stack",
+    "topics": "c4.topics",
+    "doctor": "c4.doctor",
+    "streams": "c4.streams_cmd",
+    "diagnose": "c4.diagnose_cmd",
+    "simulate": "c4.simulate_cmd",
+    "score": "c4.score_cmd",
+    "topology": "c4.topology_cmd",
+    "plan": "c4.plan_cmd",
+    "state": "c4.state_cmd",
+    "actions": "c4.actions_cmd",
+    "agent": "c4.agent_cmd",
+    "convert": "c4.convert_cmd",
+    "demo": "c4.demo_cmd",
+    "dashboard": "c4.dashboard_cmd",
+}
+GLOBAL_OPTIONS_WITH_VALUE = ("--bootstrap", "--redis-url")
 
 
 def one_line(text: str) -> str:
@@ -68,8 +53,22 @@ class OneLineErrorParser(argparse.ArgumentParser):
         super().error(one_line(message))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser: global connection options, then the subcommands."""
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (after the global options), None when it names none."""
+    words = iter(argv)
+    for word in words:
+        if word in GLOBAL_OPTIONS_WITH_VALUE:
+            next(words, None)
+        elif word.startswith("-"):
+            continue
+        else:
+            return word if word in SUBCOMMANDS else None
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser: global connection options, then the subcommands (only the one
+    ``argv`` names when it names one: the others' modules are not imported)."""
     # Subparsers are made of the same class, so every subcommand's errors are one line too.
     parser = OneLineErrorParser(
         prog="c4",
@@ -78,14 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env C4_KAFKA_BOOTSTRAP)")
     parser.add_argument("--redis-url", help="Redis URL (env C4_REDIS_URL)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in SUBCOMMANDS:
-        module.register(subparsers)
+    command = _command_in(argv) if argv is not None else None
+    for name, module in SUBCOMMANDS.items():
+        if command is None or name == command:
+            importlib.import_module(module).register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; 0 success, 1 failure, 2 usage or configuration error."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         settings = load_settings(kafka_bootstrap=args.bootstrap, redis_url=args.redis_url)

@@ -147,25 +147,35 @@ class CommTracker:
         ops = message.ops
         ts_ns = message.ts_ns
         pending = self.pending
-        # The hot loop of the detector: one iteration per reported operation, kept inline.
+        completed = self.completed
+        size = self.size
+        blank = [NOT_YET] * size
+        # The hot loop of the detector: one iteration per reported operation, kept inline
+        # (opening an operation too; only the eviction of the oldest calls out).
         for seq, op, nbytes, enter, end in zip(
             ops.seq, ops.op, ops.bytes, ops.enter_ns, ops.end_ns, strict=True
         ):
             state = pending.get(seq)
             if state is None:
-                if seq < self.floor or seq in self.completed:
+                if seq < self.floor or seq in completed:
                     continue  # a late re-report of a finished operation
-                state = self._open(seq, op, nbytes, ts_ns)
-            if state.enter[rank] == NOT_YET:
-                state.enter[rank] = enter
+                if len(pending) >= MAX_PENDING:
+                    self._evict_oldest()
+                state = pending[seq] = SeqState(op, nbytes, blank.copy(), blank.copy())
+                state.first_seen_ns = ts_ns
+            enters = state.enter
+            if enters[rank] == NOT_YET:
+                enters[rank] = enter
                 state.entered += 1
-                if state.entered == self.size:
+                if state.entered == size:
                     state.all_entered_ns = ts_ns
-            if end is not None and state.end[rank] == NOT_YET:
-                state.end[rank] = end
-                state.ended += 1
-                if state.ended == self.size:
-                    self._complete(seq, state)
+            if end is not None:
+                ends = state.end
+                if ends[rank] == NOT_YET:
+                    ends[rank] = end
+                    state.ended += 1
+                    if state.ended == size:
+                        self._complete(seq, state)
         if ops.seq and pending and min(pending) < max(ops.seq):
             self._infer_earlier(rank, ops.seq, ops.end_ns, ts_ns)
         if message.conns is not None:
@@ -200,7 +210,15 @@ class CommTracker:
         ended_upto = max(
             (seq for seq, end in zip(seqs, ends, strict=True) if end is not None), default=-1
         )
-        for seq in sorted(s for s in self.pending if s < entered_upto):
+        holes = [
+            seq
+            for seq, state in self.pending.items()
+            if seq < entered_upto
+            and (
+                state.enter[rank] == NOT_YET or (seq < ended_upto and state.end[rank] == NOT_YET)
+            )
+        ]
+        for seq in sorted(holes):  # usually none: the rank reported every earlier one
             state = self.pending[seq]
             if state.enter[rank] == NOT_YET:
                 state.enter[rank] = ts_ns
@@ -215,16 +233,11 @@ class CommTracker:
                 if state.ended == self.size:
                     self._complete(seq, state)
 
-    def _open(self, seq: int, op: str, nbytes: int, ts_ns: int) -> SeqState:
-        if len(self.pending) >= MAX_PENDING:
-            # Bounded memory: the oldest unfinished operation is given up on.
-            oldest = min(self.pending)
-            del self.pending[oldest]
-            self._mark_done(oldest)
-        state = SeqState(op, nbytes, [NOT_YET] * self.size, [NOT_YET] * self.size)
-        state.first_seen_ns = ts_ns
-        self.pending[seq] = state
-        return state
+    def _evict_oldest(self) -> None:
+        """Bounded memory: the oldest unfinished operation is given up on."""
+        oldest = min(self.pending)
+        del self.pending[oldest]
+        self._mark_done(oldest)
 
     def _mark_done(self, seq: int) -> None:
         self.completed[seq] = None
@@ -235,16 +248,26 @@ class CommTracker:
 
     def _complete(self, seq: int, state: SeqState) -> None:
         del self.pending[seq]
-        self._mark_done(seq)
+        completed = self.completed
+        completed[seq] = None
+        if len(completed) > MAX_COMPLETED:
+            oldest = next(iter(completed))
+            del completed[oldest]
+            self.floor = max(self.floor, oldest + 1)
         self.ops_seen += 1
         if state.inferred:
             return  # some of its times are stand-ins: nothing to learn from its durations
         ends = state.end
         durations = list(map(sub, ends, state.enter))
-        ordered = sorted(durations)  # one sort: shortest, median and longest from it
-        shortest = ordered[0]
-        self.spans.add(ordered[-1])
-        finished = max(ends)
+        if self.size == 2:  # a point-to-point pair: the most common by far, no sort
+            first, second = durations
+            shortest, longest = (first, second) if first <= second else (second, first)
+            finished = ends[0] if ends[0] >= ends[1] else ends[1]
+        else:
+            ordered = sorted(durations)  # one sort: shortest, median and longest from it
+            shortest, longest = ordered[0], ordered[-1]
+            finished = max(ends)
+        self.spans.add(longest)
         if self.last_end_ns is not None and finished > self.last_end_ns:
             self.periods.add(finished - self.last_end_ns)
         self.last_end_ns = finished
@@ -267,7 +290,8 @@ class CommTracker:
         fresh = self.fresh_samples.get(key, 0) + 1
         if fresh >= SLOW_EVERY_OPS:
             fresh = 0
-            self._judge_slowdown(key, baseline, finished)
+            if baseline.ready():
+                self._judge_slowdown(key, baseline, finished)
         self.fresh_samples[key] = fresh
 
     def median_op_ns(self) -> float | None:

@@ -225,7 +225,7 @@ class Engine:
         out: list[Diagnosis] = []
         if isinstance(message, Collective):
             detector = self._job(message.job)
-            detector.on_collective(message, self.now_ns)
+            detector.on_collective(message)
             # A job whose reports lag far behind the clock (live: its partition catching up
             # a backlog) gets no global tick while it catches up: it is checked on its own
             # data time instead, so no slowdown or straggler slides by unobserved.

@@ -90,25 +90,18 @@ class JobDetector:
         # Nodes whose node_down just resolved -> when: their ranks report again one by one,
         # and those not yet back must not read as a new hang meanwhile.
         self._back_ns: dict[str, int] = {}
-        # Global rank -> the clock's time when its latest report was taken in (arrival, not
-        # the report's own time): a node is silent when nothing of it arrives, not when
-        # what arrives is old. After a gap in which nothing of the job arrived (an outage,
-        # a restore from a snapshot), every node gets ``silent_after`` of the clock to
-        # show up again: agents replay their spools, and partitions catch up, at their own
-        # pace. In a replay arrival and event time go together.
-        self._heard_ns: dict[int, int] = {}
-        self._arrived_ns = -1  # the clock's time of the job's latest arrival
-        self._restored = False  # every rank to be heard at the first check after a restore
+        # Restored from a snapshot: the first report after it may come after a gap (the
+        # snapshot older than the offsets the worker goes on from). Until each node reports
+        # again, the others count as seen at that report (``_seen_floor``), so that the
+        # first to report after the gap is no sign that the rest are gone.
+        self._restored = False
+        self._seen_floor: tuple[int, frozenset[str]] | None = None
 
     # --- input -----------------------------------------------------------------------
-    def on_collective(self, message: Collective, clock_ns: int = 0) -> None:
-        """Take one rank's report, arriving when the clock reads ``clock_ns``."""
-        heard = max(clock_ns, message.ts_ns)
-        if self._restored or heard - self._arrived_ns > self.params.silent_after_ns:
-            self._hear_all(heard)  # the job's reports come again after a gap
-        self._arrived_ns = max(self._arrived_ns, heard)
-        if heard > self._heard_ns.get(message.global_rank, -1):
-            self._heard_ns[message.global_rank] = heard
+    def on_collective(self, message: Collective) -> None:
+        """Take one rank's report."""
+        if self._restored:
+            self._after_restore(message.ts_ns)
         tracker = self.comms.get(message.comm)
         if tracker is None or tracker.size != message.comm_size:
             tracker = CommTracker(self.job, message.comm, message.comm_size, self.params)
@@ -170,12 +163,9 @@ class JobDetector:
             (m.last_seen_ns for tracker in self.comms.values() for m in tracker.members),
             default=-1,
         )
-        clock_ns = now_ns
-        if self._restored:
-            self._hear_all(clock_ns)
         if data_now >= 0:
             now_ns = min(now_ns, data_now + self.params.silent_after_ns)
-        down = self._check_nodes(now_ns, clock_ns, out)
+        down = self._check_nodes(now_ns, out)
         hung = self._check_hangs(now_ns, down | self._coming_back(now_ns), out)
         self._check_stragglers(now_ns, hung or bool(down), out)
         if down:
@@ -186,34 +176,38 @@ class JobDetector:
             self._check_slowdowns(now_ns, out)
         return out
 
-    def _node_last_seen(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Per node: the time of its latest report, and when the latest one arrived."""
+    def _node_last_seen(self) -> dict[str, int]:
         seen: dict[str, int] = {}
-        heard: dict[str, int] = {}
         for tracker in self.comms.values():
             for member in tracker.members:
                 node, _, _ = self._place(member)
                 if node is not None and member.last_seen_ns >= 0:
                     seen[node] = max(seen.get(node, -1), member.last_seen_ns)
-                    rank = member.global_rank
-                    at = member.last_seen_ns if rank is None else self._heard_ns.get(rank, -1)
-                    at = max(at, member.last_seen_ns)
-                    heard[node] = max(heard.get(node, -1), at)
-        return seen, heard
+        if self._seen_floor is not None:
+            floor, nodes = self._seen_floor
+            for node in nodes & seen.keys():
+                seen[node] = max(seen[node], floor)
+        return seen
 
-    def _check_nodes(self, now_ns: int, clock_ns: int, out: list[Diagnosis]) -> set[str]:
-        seen, heard = self._node_last_seen()
-        silent = self.params.silent_after_ns
-        cutoff = now_ns - silent
+    def _after_restore(self, ts_ns: int) -> None:
+        """The first report after a restore: a gap before it is no node's silence."""
+        self._restored = False
+        seen = self._node_last_seen()
+        if ts_ns - max(seen.values(), default=ts_ns) > self.params.silent_after_ns:
+            down = set(self.book.open_keys(self.job, "node_down"))
+            self._seen_floor = (ts_ns, frozenset(node for node in seen if node not in down))
+
+    def _check_nodes(self, now_ns: int, out: list[Diagnosis]) -> set[str]:
+        seen = self._node_last_seen()
+        cutoff = now_ns - self.params.silent_after_ns
         alive = [node for node, ts in seen.items() if ts >= cutoff]
         # Gone means silent while the others went on reporting for as long: when every
-        # node stops together (the job ended, the data stopped) none of them is down. And
-        # silent means nothing arrived either: reports that come late still come.
+        # node stops together (the job ended, the data stopped) none of them is down.
         latest = max(seen.values(), default=-1)
         down = {
             node
             for node, ts in seen.items()
-            if ts < cutoff and ts < latest - silent and heard[node] < clock_ns - silent
+            if ts < cutoff and ts < latest - self.params.silent_after_ns
         }
         for node in sorted(down):
             fired = self.book.fire(
@@ -320,7 +314,7 @@ class JobDetector:
                 # Counted in the job's own data time, so that a live clock running ahead of
                 # lagging data waits for it (up to ten seconds of engine time).
                 due_at = hang.since_ns + self.params.hang_after_ns(tracker.median_op_ns())
-                data_now = max(self._node_last_seen()[0].values(), default=now_ns)
+                data_now = max(self._node_last_seen().values(), default=now_ns)
                 patience = MULTI_SUSPECT_PATIENCE_NS
                 if data_now < due_at + patience and now_ns < due_at + 10 * patience:
                     return True
@@ -845,20 +839,6 @@ class JobDetector:
         self._slow_keys = state["slow_keys"]
         self._back_ns = {str(node): int(at) for node, at in state.get("back", {}).items()}
         self._restored = True
-
-    def _hear_all(self, clock_ns: int) -> None:
-        """Every rank counts as heard now, but those of a node already down: after a gap
-        (reports lost with an older snapshot, an outage) the first to come back is no sign
-        that the others are gone."""
-        self._restored = False
-        self._arrived_ns = max(self._arrived_ns, clock_ns)
-        down = set(self.book.open_keys(self.job, "node_down"))
-        for tracker in self.comms.values():
-            for member in tracker.members:
-                node, _, _ = self._place(member)
-                if member.global_rank is not None and node not in down:
-                    heard = self._heard_ns.get(member.global_rank, -1)
-                    self._heard_ns[member.global_rank] = max(heard, clock_ns)
 
     def close(self, now_ns: int) -> list[Diagnosis]:
         """Resolve every open finding (the job stopped)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
@@ -19,14 +20,13 @@ def median_of_sorted(ordered: list[float]) -> float:
 class Window:
     """The last ``size`` samples and their median."""
 
-    __slots__ = ("_samples",)
+    __slots__ = ("_samples", "add")
 
     def __init__(self, size: int) -> None:
         self._samples: deque[float] = deque(maxlen=size)
-
-    def add(self, value: float) -> None:
-        """Append a sample, dropping the oldest past the window's size."""
-        self._samples.append(value)
+        # Append a sample, dropping the oldest past the window's size (the deque's own
+        # method: called for every completed operation, twice).
+        self.add: Callable[[float], None] = self._samples.append
 
     def __len__(self) -> int:
         return len(self._samples)
