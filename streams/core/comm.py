@@ -127,6 +127,8 @@ class CommTracker:
     # rank -> peer -> throughputs (bytes/ns) of its kept samples that moved data, sorted:
     # a connection's own past as a quantile without sorting every sample at each vote.
     conn_sorted: dict[int, dict[int, list[float]]] = field(default_factory=dict)
+    # Moves when a member's rank, node, GPU or port changes: what was read of the places holds.
+    place_version: int = 0
 
     def __post_init__(self) -> None:
         self.members = [Member() for _ in range(self.size)]
@@ -139,11 +141,15 @@ class CommTracker:
         rank = message.rank
         member = self.members[rank]
         member.last_seen_ns = max(member.last_seen_ns, message.ts_ns)
-        member.global_rank = message.global_rank
-        if message.node is not None:
+        if member.global_rank != message.global_rank:
+            member.global_rank = message.global_rank
+            self.place_version += 1
+        if message.node is not None and member.node != message.node:
             member.node = message.node
-        if message.gpu is not None:
+            self.place_version += 1
+        if message.gpu is not None and member.gpu != message.gpu:
             member.gpu = message.gpu
+            self.place_version += 1
         ops = message.ops
         ts_ns = message.ts_ns
         pending = self.pending
@@ -194,6 +200,7 @@ class CommTracker:
                     insort(ordered.setdefault(peer, []), nbytes / busy)
                 if member.port is None:
                     member.port = port
+                    self.place_version += 1
 
     def _infer_earlier(
         self, rank: int, seqs: tuple[int, ...], ends: tuple[int | None, ...], ts_ns: int

@@ -233,6 +233,10 @@ class ComputeTracker:
 
     def _prune(self) -> None:
         """Drop operations no open window (nor the next one) can still need."""
+        if not any(
+            len(rank.ops) >= PRUNE_AT or len(rank.a2a) >= PRUNE_AT for rank in self.ranks.values()
+        ):
+            return  # nothing piled up: not worth finding what is needed
         needed: dict[int, int] = {}
         for window in self.windows:
             for member, start in zip(window.members, window.starts, strict=True):

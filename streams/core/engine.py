@@ -117,6 +117,9 @@ class _SharedPortHealth:
     def errors_rising(self, port: str) -> bool:
         return self._local.errors_rising(port) or self._shared.port_health(port)[1]
 
+    def health_version(self) -> None:
+        return None  # other workers' port reports reach the shared facts unannounced
+
 
 class _SharedRoutes:
     def __init__(self, local: RouteBook, shared: SharedFacts) -> None:

@@ -54,6 +54,7 @@ class HardwareMonitor:
         self._ecc: dict[str, int] = {}
         self.book = FindingBook()
         self._owner: dict[tuple[str, str], tuple[str | None]] = {}
+        self._health_version = 0  # moves when any port's down or degraded changes
 
     # --- PortHealth ------------------------------------------------------------------
     def is_down(self, port: str) -> bool:
@@ -65,6 +66,10 @@ class HardwareMonitor:
         """The port is degraded by its counters."""
         state = self._ports.get(port)
         return state is not None and state.degraded
+
+    def health_version(self) -> int:
+        """Moves whenever ``is_down`` or ``errors_rising`` of any port changes."""
+        return self._health_version
 
     def reported_at(self, port: str) -> int | None:
         """Event time of the port's latest report held here; None if none came."""
@@ -105,6 +110,10 @@ class HardwareMonitor:
             state.degraded, state.clean_streak = previous.degraded, previous.clean_streak
             state.bad_streak = previous.bad_streak
             self._update_degraded(pid, previous, state, gbps, out)
+        if (state.down, state.degraded) != (
+            (previous.down, previous.degraded) if previous is not None else (False, False)
+        ):
+            self._health_version += 1
         self._ports[pid] = state
         return out
 
@@ -267,6 +276,7 @@ class HardwareMonitor:
 
     def restore_node(self, state: dict[str, Any]) -> None:
         """Take one node's state from a snapshot."""
+        self._health_version += 1
         for pid, *fields in state["ports"]:
             self._ports[pid] = PortState(*fields)
         self._gpu_faults.update(state["gpu_faults"])
@@ -277,6 +287,7 @@ class HardwareMonitor:
 
     def drop_node(self, node: str) -> None:
         """Forget one node's state (another worker holds it now)."""
+        self._health_version += 1
         for table in (self._ports, self._gpu_faults, self._ecc):
             for key in [k for k in table if node_of(k) == node]:
                 del table[key]

@@ -96,6 +96,13 @@ class JobDetector:
         # first to report after the gap is no sign that the rest are gone.
         self._restored = False
         self._seen_floor: tuple[int, frozenset[str]] | None = None
+        # comm -> (what it was read from, a group's slow suspects and paths): a group that
+        # brought no new connection samples since, with routes, port health, places and the
+        # job vote as they were, has the same answer (most checks fall between reports).
+        self._suspects_of: dict[
+            str, tuple[tuple[Any, ...], tuple[tuple[SuspectScore, ...], list[SlowPath]]]
+        ] = {}
+        self._placement_version = 0
 
     # --- input -----------------------------------------------------------------------
     def on_collective(self, message: Collective) -> None:
@@ -109,6 +116,7 @@ class JobDetector:
             for history in (False, True):  # counted by the tracker this one replaces
                 self._throughputs.pop((message.comm, history), None)
                 self._rank_throughputs.pop((message.comm, history), None)
+            self._suspects_of.pop(message.comm, None)
         tracker.ingest(message)
         ops = message.ops
         self.compute.add(
@@ -125,6 +133,7 @@ class JobDetector:
     def on_job(self, message: Job) -> None:
         """Learn the job's placement."""
         self.placement = {place.rank: place for place in message.ranks}
+        self._placement_version += 1
 
     # --- places ----------------------------------------------------------------------
     def _place(self, member: Member) -> tuple[str | None, int | None, str | None]:
@@ -469,9 +478,19 @@ class JobDetector:
         # against the whole job (a group whose every connection is slow has no outlier).
         job_ports, job_paths = self._job_vote(now_ns)
         found: dict[str, SlowPath] = {path.flow: path for path in job_paths}
+        generation, health = self._routes.generation(), self._ports.health_version()
+        cacheable = generation is not None and health is not None
+        votes = (generation, health, self._placement_version, tuple(job_ports.items()))
         for tracker in self.comms.values():
             slowdowns = tracker.slowdowns()
-            suspects, paths = self._slow_suspects(tracker, job_ports)
+            stamp = (tracker.conn_version, tracker.place_version, *votes)
+            cached = self._suspects_of.get(tracker.comm)
+            if cacheable and cached is not None and cached[0] == stamp:
+                suspects, paths = cached[1]
+            else:
+                suspects, paths = self._slow_suspects(tracker, job_ports)
+                if cacheable:
+                    self._suspects_of[tracker.comm] = (stamp, (suspects, paths))
             if not suspects and job_ports:
                 mine = {p for p in map(self._port_of, tracker.members) if p in job_ports}
                 if mine:
@@ -831,6 +850,8 @@ class JobDetector:
         }
         self._throughputs.clear()  # computed from trackers that are gone
         self._rank_throughputs.clear()
+        self._suspects_of.clear()
+        self._placement_version += 1
         self.book.restore(state["findings"])
         if "compute" in state:
             self.compute = ComputeTracker.restored(state["compute"])

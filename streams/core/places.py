@@ -33,6 +33,11 @@ class PortHealth(Protocol):
         """Symbol errors or retransmissions grow on the port."""
         ...
 
+    def health_version(self) -> int | None:
+        """Moves whenever any port's answer above changes; None when that is not known
+        (what is read of it then holds for one look only)."""
+        ...
+
 
 class Routes(Protocol):
     """The planned spine of a connection, when a route plan is known."""
