@@ -336,9 +336,11 @@ class CommTracker:
         """
         if not baseline.ready():
             return
-        reference = baseline.baseline()
         recent = baseline.recent()
         open_since = self.slow_since.get(key)
+        if open_since is None and recent <= baseline.low() * self.params.slow_factor:
+            return  # not slow against any reference at or above the low bound: nothing opens
+        reference = baseline.baseline()
         factor = (
             self.params.slow_resolve_factor if open_since is not None else self.params.slow_factor
         )

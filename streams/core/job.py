@@ -103,6 +103,9 @@ class JobDetector:
             str, tuple[tuple[Any, ...], tuple[tuple[SuspectScore, ...], list[SlowPath]]]
         ] = {}
         self._placement_version = 0
+        self._ports_by_comm: dict[
+            str, tuple[tuple[int, int], CommTracker, list[str | None]]
+        ] = {}
 
     # --- input -----------------------------------------------------------------------
     def on_collective(self, message: Collective) -> None:
@@ -151,6 +154,16 @@ class JobDetector:
         if node is not None and gpu is not None:
             return SuspectScore("gpu", gpu_id(node, gpu), score)
         return SuspectScore("rank", rank_id(self.job, member.global_rank or 0), score)
+
+    def _member_ports(self, tracker: CommTracker) -> list[str | None]:
+        """The NIC port (global id) of each member of a group, kept while its places hold."""
+        stamp = (tracker.place_version, self._placement_version)
+        known = self._ports_by_comm.get(tracker.comm)
+        if known is not None and known[0] == stamp and known[1] is tracker:
+            return known[2]
+        ports = [self._port_of(member) for member in tracker.members]
+        self._ports_by_comm[tracker.comm] = (stamp, tracker, ports)
+        return ports
 
     def _port_of(self, member: Member) -> str | None:
         node, _, port = self._place(member)
@@ -352,13 +365,14 @@ class JobDetector:
         return due or bool(open_cls)
 
     def _stalled_suspects(self, tracker: CommTracker, hang: Hang) -> tuple[SuspectScore, ...]:
-        ports = [self._port_of(tracker.members[r]) for r in range(tracker.size)]
+        ports = self._member_ports(tracker)
         dead = sorted({p for p in ports if p is not None and self._ports.is_down(p)})
         if dead:
             return tuple(SuspectScore("port", p, 0.95) for p in dead[:4])
         # Which connection stopped moving bytes: the ranks whose latest samples carry none.
+        member_ports = self._member_ports(tracker)
         idle = Counter(
-            self._port_of(tracker.members[s.rank])
+            member_ports[s.rank]
             for s in tracker.recent_conns(intervals=1)
             if s.nbytes == 0
         )
@@ -492,7 +506,7 @@ class JobDetector:
                 if cacheable:
                     self._suspects_of[tracker.comm] = (stamp, (suspects, paths))
             if not suspects and job_ports:
-                mine = {p for p in map(self._port_of, tracker.members) if p in job_ports}
+                mine = {p for p in self._member_ports(tracker) if p in job_ports}
                 if mine:
                     port = max(sorted(mine), key=lambda p: job_ports[p])
                     suspects, paths = (SuspectScore("port", port, job_ports[port]),), []
@@ -667,8 +681,8 @@ class JobDetector:
         slow_conns: list[tuple[CommTracker, int, int, str, str]] = []
         others: list[tuple[CommTracker, int, int, str, str, bool]] = []
         for kind, value, tracker, rank, peer in samples:
-            src = self._port_of(tracker.members[rank])
-            dst = self._port_of(tracker.members[peer])
+            member_ports = self._member_ports(tracker)
+            src, dst = member_ports[rank], member_ports[peer]
             if src is None or dst is None:
                 continue
             # Slow against its kind and against its own past (not a share of a busy link).
@@ -784,9 +798,9 @@ class JobDetector:
         if not slow or len(slow) > max(4, len(per_conn) // 4):
             return (), []  # nothing slow, or everything: no single culprit in the matrix
         votes: Counter[str] = Counter()
+        member_ports = self._member_ports(tracker)
         for rank, peer in slow:
-            for member in (tracker.members[rank], tracker.members[peer]):
-                port = self._port_of(member)
+            for port in (member_ports[rank], member_ports[peer]):
                 if port is not None:
                     votes[port] += 1
         if votes:
@@ -801,7 +815,7 @@ class JobDetector:
         for rank, peer in slow:
             if (rank, peer) not in fell:
                 continue  # as slow as it always was (a share of a busy link): no new fault
-            src, dst = self._port_of(tracker.members[rank]), self._port_of(tracker.members[peer])
+            src, dst = member_ports[rank], member_ports[peer]
             if src is None or dst is None:
                 continue
             flow = f"{self.job}/{tracker.comm}/{rank}->{peer}"

@@ -74,6 +74,14 @@ class Baseline:
         history = self._history
         return median_of_sorted(sorted(islice(history, 0, len(history) - self._recent)))
 
+    def low(self) -> float:
+        """A lower bound of ``baseline()``, cheaper than it: the frozen reference, or the
+        smallest sample of the baseline part."""
+        if self._frozen is not None:
+            return self._frozen
+        history = self._history
+        return min(islice(history, 0, len(history) - self._recent))
+
     def recent(self) -> float:
         """The median of the most recent samples."""
         history = self._history
