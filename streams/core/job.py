@@ -90,11 +90,12 @@ class JobDetector:
         # Nodes whose node_down just resolved -> when: their ranks report again one by one,
         # and those not yet back must not read as a new hang meanwhile.
         self._back_ns: dict[str, int] = {}
-        # Restored from a snapshot: the first report after it may come after a gap (the
-        # snapshot older than the offsets the worker goes on from). Until each node reports
-        # again, the others count as seen at that report (``_seen_floor``), so that the
-        # first to report after the gap is no sign that the rest are gone.
-        self._restored = False
+        # The job's latest report time. After a gap in which none of its nodes reported
+        # (the data path stopped: agents or broker away, records skipped, a restore from a
+        # snapshot older than the offsets the worker goes on from), the first report is no
+        # sign that the other nodes are gone: until each reports again they count as seen
+        # at that report (``_seen_floor``), and one silent for ``silent_after`` past it is.
+        self._data_ns = -1
         self._seen_floor: tuple[int, frozenset[str]] | None = None
         # comm -> (what it was read from, a group's slow suspects and paths): a group that
         # brought no new connection samples since, with routes, port health, places and the
@@ -110,8 +111,11 @@ class JobDetector:
     # --- input -----------------------------------------------------------------------
     def on_collective(self, message: Collective) -> None:
         """Take one rank's report."""
-        if self._restored:
-            self._after_restore(message.ts_ns)
+        ts_ns = message.ts_ns
+        if ts_ns > self._data_ns:
+            if self._data_ns >= 0 and ts_ns - self._data_ns > self.params.silent_after_ns:
+                self._resume_after_gap(ts_ns)
+            self._data_ns = ts_ns
         tracker = self.comms.get(message.comm)
         if tracker is None or tracker.size != message.comm_size:
             tracker = CommTracker(self.job, message.comm, message.comm_size, self.params)
@@ -211,13 +215,11 @@ class JobDetector:
                 seen[node] = max(seen[node], floor)
         return seen
 
-    def _after_restore(self, ts_ns: int) -> None:
-        """The first report after a restore: a gap before it is no node's silence."""
-        self._restored = False
-        seen = self._node_last_seen()
-        if ts_ns - max(seen.values(), default=ts_ns) > self.params.silent_after_ns:
-            down = set(self.book.open_keys(self.job, "node_down"))
-            self._seen_floor = (ts_ns, frozenset(node for node in seen if node not in down))
+    def _resume_after_gap(self, ts_ns: int) -> None:
+        """The first report after the whole job was silent: a gap is no node's silence."""
+        down = set(self.book.open_keys(self.job, "node_down"))
+        nodes = frozenset(node for node in self._node_last_seen() if node not in down)
+        self._seen_floor = (ts_ns, nodes)
 
     def _check_nodes(self, now_ns: int, out: list[Diagnosis]) -> set[str]:
         seen = self._node_last_seen()
@@ -873,7 +875,10 @@ class JobDetector:
         self._conn_ref = {str(k): (float(ref), int(moved)) for k, (ref, moved) in refs.items()}
         self._slow_keys = state["slow_keys"]
         self._back_ns = {str(node): int(at) for node, at in state.get("back", {}).items()}
-        self._restored = True
+        self._data_ns = max(
+            (m.last_seen_ns for tracker in self.comms.values() for m in tracker.members),
+            default=-1,
+        )
 
     def close(self, now_ns: int) -> list[Diagnosis]:
         """Resolve every open finding (the job stopped)."""

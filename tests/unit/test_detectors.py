@@ -257,3 +257,17 @@ def test_a_detector_restored_from_an_older_snapshot_is_no_node_down() -> None:
     assert [(d.class_, d.suspects[0].id) for d in found if d.class_ == "node_down"] == [
         ("node_down", "node-001")
     ]
+
+
+def test_a_gap_in_the_whole_job_s_reports_is_no_node_down() -> None:
+    # Six seconds of the job's records never arrive (a broker outage that skipped them, an
+    # agent that lost its spool): when they come again, the first node to report is no
+    # sign that the others are gone. Offline as live.
+    job = RingJob(n=24)
+    messages = job.messages()
+    cut = T0 + (messages[-1].ts_ns - T0) // 3
+    kept = [m for m in messages if not cut <= m.ts_ns < cut + 6 * S]
+    kept.sort(key=lambda m: (m.ts_ns, -m.rank))  # node-002's ranks first in each interval
+    engine = Engine()
+    found = [d for m in [job.job_message(), *kept] for d in engine.process(m)]
+    assert [d for d in found if d.class_ in ("node_down", "noncomm_hang")] == []
