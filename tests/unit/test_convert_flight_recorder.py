@@ -436,6 +436,32 @@ def test_a_real_pipeline_job_with_a_stuck_rank_end_to_end(tmp_path: Path) -> Non
     assert hangs[0].evidence["missing_ranks"] == [1]  # rank 1 of its group [2, 3]
 
 
+def test_a_real_pipeline_job_with_two_stuck_ranks_names_both_and_no_waiter(
+    tmp_path: Path,
+) -> None:
+    """Ranks 1 and 2 stop (one in each pipeline, one in each data-parallel group); ranks 0
+    and 3 wait on them through the p2p pairs. Both are named, no healthy rank."""
+    from make_dumps import make_dumps
+
+    make_dumps(tmp_path / "dumps", buffer=8, stuck=(1, 2), hang_s=7.5)
+    converted = run_c4(
+        "convert",
+        "flight-recorder",
+        str(tmp_path / "dumps"),
+        "--placement",
+        str(_placement(tmp_path)),
+    )
+    assert converted.returncode == 0, converted.stderr
+    diagnosed = run_c4("diagnose", "-", stdin=converted.stdout)
+    assert diagnosed.returncode == 0, diagnosed.stderr
+    findings = [d for d in map(decode, diagnosed.stdout.splitlines()) if isinstance(d, Diagnosis)]
+    stuck = {"node-000/gpu1", "node-001/gpu0"}  # ranks 1 and 2
+    hangs = [d for d in findings if d.class_ == "noncomm_hang" and d.state == "firing"]
+    assert {s.id for d in hangs for s in d.suspects} == stuck, diagnosed.stdout.decode()
+    named = {s.id for d in findings for s in d.suspects}
+    assert named <= stuck | {"node-000", "node-001"}, diagnosed.stdout.decode()
+
+
 def _nccl(
     record_id: int,
     pg: str,
