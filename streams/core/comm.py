@@ -28,6 +28,8 @@ CONNS_PER_REPORT = 4
 # Connection samples a snapshot keeps per rank: all that ``recent_of`` reads at most.
 CONN_KEEP = RECENT_INTERVALS * CONNS_PER_REPORT
 NOT_YET = -1
+# A compute window holds at least this many of its group's operations (or sync_every_ns).
+SYNC_PERIODS = 4
 CONN_SAMPLES = 64  # connection samples kept per rank (all peers)
 
 
@@ -278,9 +280,7 @@ class CommTracker:
         if self.last_end_ns is not None and finished > self.last_end_ns:
             self.periods.add(finished - self.last_end_ns)
         self.last_end_ns = finished
-        if self.sync_every_ns and (
-            self.last_sync_ns is None or finished - self.last_sync_ns >= self.sync_every_ns
-        ):
+        if self.sync_every_ns and self._sync_due(finished):
             self.last_sync_ns = finished
             self.syncs.append((seq, list(state.end)))
         if self.size > 2:
@@ -300,6 +300,24 @@ class CommTracker:
             if baseline.ready():
                 self._judge_slowdown(key, baseline, finished)
         self.fresh_samples[key] = fresh
+
+    def _sync_due(self, finished: int) -> bool:
+        """Whether an operation that finished at ``finished`` is the next sync point.
+
+        Every ``sync_every_ns``; sooner, down to half of it, once ``SYNC_PERIODS`` of the
+        group's operations have passed: a compute window needs enough iterations to
+        average their noise out, not a fixed time, and a job that iterates fast is then
+        judged in as many iterations as a slow one (a straggler named in fewer operations).
+        """
+        if self.last_sync_ns is None:
+            return True
+        gap = finished - self.last_sync_ns
+        if gap >= self.sync_every_ns:
+            return True
+        if gap < self.sync_every_ns // 2:
+            return False
+        period = self.periods.median()
+        return period is not None and gap >= SYNC_PERIODS * period
 
     def median_op_ns(self) -> float | None:
         """The typical wall span of an operation of this communicator."""

@@ -279,8 +279,8 @@ class ComputeTracker:
             )
 
     def slow_ranks(self, window: int, least: int, threshold: float) -> list[SlowRank]:
-        """Ranks at or above ``threshold`` in two thirds of their last ``window`` judged
-        windows, or in every one of their last ``least`` (``least`` of them judged)."""
+        """Ranks whose median ratio over their last ``window`` judged windows is at least
+        ``threshold`` (``least`` of them judged)."""
         found = []
         for rank, verdicts in self.verdicts.items():
             # The last ``window`` judged ones of those kept: windows of load are skipped.
@@ -288,16 +288,10 @@ class ComputeTracker:
             if len(recent) < least:
                 continue
             # Most of them high, not half: a stall lasts a window or two, a slow GPU all.
-            # Or every one of the last ``least`` high: a GPU that just slowed down is named
-            # when it has been slow that long, not once it has outweighed the fast windows
-            # from before it (two thirds of ``window``).
             ranked = sorted(v[1] for v in recent if v[1] is not None)
             ratio = ranked[int(len(ranked) * PERSISTENT_QUANTILE)]
             if ratio < threshold:
-                latest = [v[1] for v in recent[-least:] if v[1] is not None]
-                ratio = min(latest)
-                if ratio < threshold:
-                    continue
+                continue
             since = recent[-1][0]
             for end, value, _ in reversed(recent):
                 if value is None or value < threshold:
