@@ -142,7 +142,8 @@ class CommTracker:
         """Take one rank's report: its liveness, places, operations and connections."""
         rank = message.rank
         member = self.members[rank]
-        member.last_seen_ns = max(member.last_seen_ns, message.ts_ns)
+        if message.ts_ns > member.last_seen_ns:
+            member.last_seen_ns = message.ts_ns
         if member.global_rank != message.global_rank:
             member.global_rank = message.global_rank
             self.place_version += 1

@@ -128,7 +128,9 @@ class ComputeTracker:
             rank = self.ranks[global_rank] = RankTime()
         # A report covers its rank's time up to when it was made: its ts, and no earlier
         # than the times it carries (a clock that stamps reports behind its operations).
-        covered = max(ts_ns, max(enters, default=ts_ns), max(_known(ends), default=ts_ns))
+        covered = ts_ns
+        if enters:
+            covered = max(covered, *enters, *[end for end in ends if end is not None])
         if covered <= rank.reported.get(comm, -1):
             return  # a repeated or older report: what it says is known
         rank.reported[comm] = covered
@@ -369,7 +371,3 @@ def _load_slope(times: list[SliceTime]) -> float:
         if b2 > b1
     ]
     return max(0.0, median(slopes)) if slopes else 0.0
-
-
-def _known(ends: tuple[int | None, ...]) -> list[int]:
-    return [end for end in ends if end is not None]
