@@ -14,7 +14,6 @@ bottleneck at the next size up, whatever the small runs say.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_replay import scenario  # noqa: E402
+from bench_replay import replay, scenario  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -55,25 +54,6 @@ def simulate(folder: Path, ranks: int, duration_s: float) -> tuple[Path, int, in
     return out, messages, operations, seconds
 
 
-def replay(recorded: Path) -> tuple[float, int, int]:
-    """Wall seconds, peak RSS (KiB) and firing findings of one ``c4 diagnose`` run."""
-    started = time.perf_counter()
-    child = subprocess.Popen(  # noqa: S603 -- this interpreter, our own command
-        [sys.executable, "-m", "c4.cli", "diagnose", str(recorded)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    out = child.stdout.read() if child.stdout is not None else b""
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - started
-    if status != 0:
-        message = f"c4 diagnose failed on {recorded} (status {status})"
-        raise RuntimeError(message)
-    firing = sum(1 for line in out.splitlines() if b'"state":"firing"' in line)
-    return seconds, usage.ru_maxrss, firing
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", default="1024,4096,16384")
@@ -87,12 +67,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="c4-bench-scale-") as tmp:
         for ranks in sizes:
             recorded, messages, operations, sim_s = simulate(Path(tmp), ranks, args.duration_s)
-            runs = [replay(recorded) for _ in range(args.repeats)]
+            runs = [replay(ROOT, recorded) for _ in range(args.repeats)]
             seconds = statistics.median(run[0] for run in runs)
             rss_kib = max(run[1] for run in runs)
             size_mib = recorded.stat().st_size / MIB
             rows.append(
-                (ranks, messages, operations, size_mib, sim_s, seconds, rss_kib, runs[0][2])
+                (ranks, messages, operations, size_mib, sim_s, seconds, rss_kib, len(runs[0][2]))
             )
             recorded.unlink()
     print(

@@ -14,6 +14,7 @@ from streams.core.compute import ComputeTracker
 from streams.core.findings import FindingBook, SuspectScore
 from streams.core.params import DetectorParams
 from streams.core.places import PortHealth, Routes, gpu_id, port_id, rank_id
+from streams.core.stats import median_of
 
 HANG_KEY = "hang"
 MULTI_SUSPECT_PATIENCE_NS = 1_000_000_000
@@ -646,7 +647,7 @@ class JobDetector:
             if sample.busy_ns > 0:
                 throughput.setdefault(conn, []).append(sample.nbytes / sample.busy_ns)
         if q == 0.5:
-            return {conn: median(values) for conn, values in throughput.items()}
+            return {conn: median_of(values) for conn, values in throughput.items()}
         return {
             conn: sorted(values)[min(len(values) - 1, int(q * len(values)))]
             for conn, values in throughput.items()
@@ -677,7 +678,7 @@ class JobDetector:
         by_kind: dict[tuple[int, bool], list[float]] = {}
         for kind, value, *_ in samples:
             by_kind.setdefault(kind, []).append(value)
-        typical = {kind: median(values) for kind, values in by_kind.items()}
+        typical = {kind: median_of(values) for kind, values in by_kind.items()}
         carried: Counter[str] = Counter()
         slow: Counter[str] = Counter()
         slow_conns: list[tuple[CommTracker, int, int, str, str]] = []
@@ -795,7 +796,7 @@ class JobDetector:
         per_conn = self._throughput_of(tracker)
         if not per_conn:
             return (), []
-        typical = median(per_conn.values())
+        typical = median_of(per_conn.values())
         slow = [c for c, tp in per_conn.items() if tp < typical * self.params.slow_conn_share]
         if not slow or len(slow) > max(4, len(per_conn) // 4):
             return (), []  # nothing slow, or everything: no single culprit in the matrix

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any
 
@@ -15,6 +15,11 @@ def median_of_sorted(ordered: list[float]) -> float:
     if n % 2:
         return ordered[half]
     return (ordered[half - 1] + ordered[half]) / 2
+
+
+def median_of(values: Iterable[float]) -> float:
+    """The median of non-empty values (as `statistics.median` says it, without its checks)."""
+    return median_of_sorted(sorted(values))
 
 
 class Window:
