@@ -96,14 +96,17 @@ def broken(draw: st.DrawFn) -> dict[str, Any]:
             parent = parent[step]
         last = path[-1]
         action = draw(st.sampled_from(["replace", "remove", "add"]))
+        # A copy: a near miss ([], {}) put in and then changed by a later step would change
+        # NEAR_MISSES itself, and hypothesis would replay a different document.
+        value = copy.deepcopy(draw(tricky))
         if action == "replace" or (action == "remove" and isinstance(parent, list)):
-            parent[last] = draw(tricky)
+            parent[last] = value
         elif action == "remove":
             del parent[last]
         elif isinstance(parent, list):
-            parent.append(draw(tricky))
+            parent.append(value)
         else:
-            parent[draw(st.sampled_from(["extra", "node", "gpu", "conns", "gbps"]))] = draw(tricky)
+            parent[draw(st.sampled_from(["extra", "node", "gpu", "conns", "gbps"]))] = value
     message["v"], message["kind"] = 1, message.get("kind", "collective")
     if message["kind"] not in ("collective", "link"):
         message["kind"] = "collective"
