@@ -258,12 +258,7 @@ class CommTracker:
 
     def _complete(self, seq: int, state: SeqState) -> None:
         del self.pending[seq]
-        completed = self.completed
-        completed[seq] = None
-        if len(completed) > MAX_COMPLETED:
-            oldest = next(iter(completed))
-            del completed[oldest]
-            self.floor = max(self.floor, oldest + 1)
+        self._mark_done(seq)
         self.ops_seen += 1
         if state.inferred:
             return  # some of its times are stand-ins: nothing to learn from its durations
@@ -298,8 +293,7 @@ class CommTracker:
         fresh = self.fresh_samples.get(key, 0) + 1
         if fresh >= SLOW_EVERY_OPS:
             fresh = 0
-            if baseline.ready():
-                self._judge_slowdown(key, baseline, finished)
+            self._judge_slowdown(key, baseline, finished)
         self.fresh_samples[key] = fresh
 
     def _sync_due(self, finished: int) -> bool:

@@ -373,9 +373,8 @@ class JobDetector:
         if dead:
             return tuple(SuspectScore("port", p, 0.95) for p in dead[:4])
         # Which connection stopped moving bytes: the ranks whose latest samples carry none.
-        member_ports = self._member_ports(tracker)
         idle = Counter(
-            member_ports[s.rank]
+            ports[s.rank]
             for s in tracker.recent_conns(intervals=1)
             if s.nbytes == 0
         )
