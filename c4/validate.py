@@ -6,25 +6,30 @@ import argparse
 import sys
 from typing import IO, TYPE_CHECKING
 
-from schemas.codec import KINDS, Rejection, decode
+from schemas.codec import KINDS
+from schemas.records import Rejected, decode_record
 
 if TYPE_CHECKING:
     from c4.settings import Settings
 
 
 def validate_lines(stream: IO[bytes], kind: str | None, out: IO[str]) -> tuple[int, int]:
-    """Print ``line N: <reason>`` for each rejected line; returns (valid, rejected) counts."""
+    """Print ``line N: <reason>`` for each rejected input; returns (valid, rejected) counts.
+
+    Each message of a ``collectives`` batch counts (and is rejected) on its own, as the
+    streams worker takes it: ``line 3: messages[2].rank: 20 >= comm_size 16``.
+    """
     valid = rejected = 0
     for number, raw in enumerate(stream, start=1):
         line = raw.strip()
         if not line:
             continue
-        result = decode(line, kind)
-        if isinstance(result, Rejection):
-            rejected += 1
-            out.write(f"line {number}: {result.reason}\n")
-        else:
-            valid += 1
+        for result in decode_record(line, kind):
+            if isinstance(result, Rejected):
+                rejected += 1
+                out.write(f"line {number}: {result.reason}\n")
+            else:
+                valid += 1
     return valid, rejected
 
 

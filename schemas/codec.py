@@ -16,6 +16,7 @@ from schemas.files import Flows, Plan, Topology
 from schemas.messages import (
     Action,
     Collective,
+    Collectives,
     Deadletter,
     Diagnosis,
     Gpu,
@@ -33,6 +34,7 @@ MAX_DEADLETTER_PAYLOAD = 256 * 1024
 
 MESSAGE_MODELS: dict[str, type[C4Model]] = {
     "collective": Collective,
+    "collectives": Collectives,
     "link": Link,
     "gpu": Gpu,
     "job": Job,

@@ -20,7 +20,16 @@ import msgspec
 from pydantic import BaseModel
 
 from schemas.base import MAX_ID_CHARS, MAX_ITEMS, C4Model
-from schemas.messages import P2P_OPS, Collective, Conns, Link, LinkCounters, OpName, Ops
+from schemas.messages import (
+    MAX_BATCH_MESSAGES,
+    P2P_OPS,
+    Collective,
+    Conns,
+    Link,
+    LinkCounters,
+    OpName,
+    Ops,
+)
 
 # orjson reads an integer beyond 64 bits as a float, which the models reject: so must this
 # path (msgspec bounds fit in int64: a larger integer, valid or not, goes the slow way).
@@ -84,8 +93,21 @@ class _Link(msgspec.Struct, frozen=True, tag_field="kind", tag="link"):
     gbps: Annotated[float, msgspec.Meta(ge=0)] | None = None
 
 
-_DECODER = msgspec.json.Decoder(_Collective | _Link)
+class _Collectives(msgspec.Struct, frozen=True, tag_field="kind", tag="collectives"):
+    v: Literal[1]
+    job: Ident
+    ts_ns: Count
+    # A union, so that each element's own "kind" is required (a lone tagged Struct is
+    # decoded without its tag); a link in a batch goes the slow way, which rejects it.
+    messages: Annotated[
+        tuple[_Collective | _Link, ...], msgspec.Meta(max_length=MAX_BATCH_MESSAGES)
+    ]
+    node: Ident | None = None
+
+
+_DECODER = msgspec.json.Decoder(_Collective | _Link | _Collectives)
 _HOT_KINDS = frozenset(("collective", "link"))
+_BATCH_KINDS = frozenset((None, "collective", "collectives"))
 _COUNTER_NAMES = tuple(LinkCounters.model_fields)
 _OPS_FIELDS = frozenset(Ops.model_fields)
 _CONNS_FIELDS = frozenset(Conns.model_fields)
@@ -115,6 +137,47 @@ def decode_hot(data: bytes | bytearray | memoryview | str, kind: str | None) -> 
         wire = _DECODER.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
+    if isinstance(wire, _Collectives):
+        return None  # a batch as one model goes the slow way; see decode_hot_batch
+    return _single(wire, kind)
+
+
+def decode_hot_batch(
+    data: bytes | bytearray | memoryview | str, kind: str | None
+) -> list[C4Model] | None:
+    """The messages of a certainly valid ``collectives`` batch (or one certainly valid
+    collective or link document, as a list of one), else None.
+
+    ``kind`` is what the caller reads: None (any kind), ``collective`` (a collective or a
+    batch of them, as on c4.collective.v1) or ``collectives`` (a batch only).
+    """
+    if kind not in _BATCH_KINDS and kind not in _HOT_KINDS:
+        return None
+    try:
+        wire = _DECODER.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    if not isinstance(wire, _Collectives):
+        if kind == "collectives":
+            return None
+        single = _single(wire, kind)
+        return None if single is None else [single]
+    if kind == "link":
+        return None
+    job = wire.job
+    found: list[C4Model] = []
+    append = found.append
+    for element in wire.messages:
+        if not isinstance(element, _Collective) or element.job != job:
+            return None
+        message = _collective(element)
+        if message is None:
+            return None
+        append(message)
+    return found
+
+
+def _single(wire: _Collective | _Link, kind: str | None) -> C4Model | None:
     if isinstance(wire, _Collective):
         if kind == "link":
             return None

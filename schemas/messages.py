@@ -1,4 +1,4 @@
-"""Models of the eight v1 message kinds that travel on Kafka topics."""
+"""Models of the nine v1 message kinds that travel on Kafka topics."""
 
 from __future__ import annotations
 
@@ -169,6 +169,40 @@ class Collective(C4Model):
                         f"ops.op[{index}]",
                         f"{name} needs a two-member communicator, comm_size is {self.comm_size}",
                     )
+        return self
+
+
+# A batch carries one node's messages of one job for one interval: 8 GPUs x a few tens of
+# communicators in practice; the bound keeps one record well under Kafka's 1 MiB default.
+MAX_BATCH_MESSAGES = 4096
+
+
+class Collectives(C4Model):
+    """A node's collective messages of one job for one interval, in one Kafka record."""
+
+    model_config = C4Model.model_config | {
+        "json_schema_extra": {
+            "x-c4-rules": [
+                "every messages[i].job equals job",
+                "an invalid messages[i] is rejected alone; the others are taken",
+            ]
+        }
+    }
+
+    v: Literal[1]
+    kind: Literal["collectives"]
+    job: Id
+    node: Id | None = None
+    ts_ns: Nanos
+    messages: tuple[Collective, ...] = Field(max_length=MAX_BATCH_MESSAGES)
+
+    @model_validator(mode="after")
+    def _check_jobs(self) -> Self:
+        for index, message in enumerate(self.messages):
+            if message.job != self.job:
+                broken_rule(
+                    f"messages[{index}].job", f"{message.job!r} is not the batch's job {self.job!r}"
+                )
         return self
 
 

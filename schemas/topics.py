@@ -18,15 +18,27 @@ class KeyRule(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Topic:
-    """One v1 topic: its name, the kind of message on it and its key rule."""
+    """One v1 topic: its name, the kind of message on it and its key rule.
+
+    ``batch_kind`` names the kind that packs several messages of ``kind`` into one record
+    (the same topic and key), where the contract has one.
+    """
 
     name: str
     kind: str
     key: KeyRule
     written_by: str
+    batch_kind: str | None = None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Every kind a record of this topic may be."""
+        return (self.kind,) if self.batch_kind is None else (self.kind, self.batch_kind)
 
 
-COLLECTIVE = Topic("c4.collective.v1", "collective", KeyRule.JOB, "node agents")
+COLLECTIVE = Topic(
+    "c4.collective.v1", "collective", KeyRule.JOB, "node agents", batch_kind="collectives"
+)
 LINK = Topic("c4.link.v1", "link", KeyRule.NODE, "node agents")
 GPU = Topic("c4.gpu.v1", "gpu", KeyRule.NODE, "node agents")
 JOB = Topic("c4.job.v1", "job", KeyRule.JOB, "job launchers, restart action")
@@ -46,6 +58,6 @@ ALL_TOPICS: tuple[Topic, ...] = (
     DEADLETTER,
 )
 TOPICS_BY_NAME: dict[str, Topic] = {topic.name: topic for topic in ALL_TOPICS}
-TOPICS_BY_KIND: dict[str, Topic] = {topic.kind: topic for topic in ALL_TOPICS}
+TOPICS_BY_KIND: dict[str, Topic] = {kind: topic for topic in ALL_TOPICS for kind in topic.kinds}
 
 FABRIC_KEY = "fabric"

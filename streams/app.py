@@ -13,7 +13,7 @@ from typing import Any
 import faust
 
 from schemas.base import C4Model
-from schemas.codec import RejectCode, Rejection
+from schemas.codec import RejectCode, Rejection, encode
 from schemas.topics import (
     COLLECTIVE,
     DEADLETTER,
@@ -100,7 +100,8 @@ def _decoding_agent(
                 )
                 if on_reject is not None:
                     on_reject(topic_name, failure)
-                await send_dead_letter(deadletters, topic_name, key, raw, failure)
+                payload = raw if raw is not None else encode(message)
+                await send_dead_letter(deadletters, topic_name, key, payload, failure)
 
     agent.__name__ = f"decode_{kind}"
     return agent

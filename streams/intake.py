@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from schemas.base import C4Model
-from schemas.codec import Rejection, dead_letter, decode, encode
+from schemas.codec import Rejection, dead_letter, encode
+from schemas.records import Rejected, decode_record
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +41,25 @@ async def decoded(
     kind: str,
     deadletters: Any,
     on_reject: Callable[[str, Rejection], None] | None = None,
-) -> AsyncIterator[tuple[str | None, C4Model, bytes]]:
-    """Yield ``(key, model, raw)`` for every valid record of ``stream``; dead-letter the rest."""
+) -> AsyncIterator[tuple[str | None, C4Model, bytes | None]]:
+    """Yield ``(key, model, raw)`` for every valid message of ``stream``; dead-letter the rest.
+
+    A batch record yields each of its valid messages (``raw`` None: the message is not the
+    record) and dead-letters each invalid one alone, with its own JSON as the payload.
+    """
     async for event in stream.events():
         value = event.value
         raw = bytes(value) if isinstance(value, bytes | bytearray) else str(value).encode()
-        result = decode(raw, kind)
         key = key_text(event.key)
-        if isinstance(result, Rejection):
-            log.warning("rejected record on %s: %s", topic_name, result.reason)
-            if on_reject is not None:
-                on_reject(topic_name, result)
-            await send_dead_letter(deadletters, topic_name, key, raw, result)
-            continue
-        yield key, result, raw
+        results = decode_record(raw, kind)
+        whole = raw if len(results) == 1 else None
+        for result in results:
+            if isinstance(result, Rejected):
+                log.warning("rejected record on %s: %s", topic_name, result.reason)
+                if on_reject is not None:
+                    on_reject(topic_name, result.rejection)
+                await send_dead_letter(
+                    deadletters, topic_name, key, result.payload, result.rejection
+                )
+                continue
+            yield key, result, whole

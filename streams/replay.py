@@ -6,8 +6,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
-from schemas.codec import Rejection, decode
 from schemas.messages import Diagnosis
+from schemas.records import Rejected, decode_record
 from streams.core.engine import Engine
 
 
@@ -23,17 +23,21 @@ class ReplayStats:
 def replay(
     engine: Engine, lines: Iterable[bytes], stats: ReplayStats, errors: IO[str] | None = None
 ) -> Iterator[Diagnosis]:
-    """Decode each line, feed the engine, yield the diagnoses as they change."""
+    """Decode each line, feed the engine, yield the diagnoses as they change.
+
+    A line is one message or a batch of them (each counted, and rejected, on its own).
+    """
+    process = engine.process
     for number, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line:
             continue
-        result = decode(line)
-        if isinstance(result, Rejection):
-            stats.rejected += 1
-            if errors is not None:
-                errors.write(f"line {number}: {result.reason}\n")
-            continue
-        stats.messages += 1
-        yield from engine.process(result)
+        for result in decode_record(line):
+            if isinstance(result, Rejected):
+                stats.rejected += 1
+                if errors is not None:
+                    errors.write(f"line {number}: {result.reason}\n")
+                continue
+            stats.messages += 1
+            yield from process(result)
     yield from engine.check(engine.now_ns)

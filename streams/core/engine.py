@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from schemas.base import C4Model
 from schemas.files import Topology
-from schemas.messages import Collective, Diagnosis, Gpu, Job, Link, Route
+from schemas.messages import Collective, Collectives, Diagnosis, Gpu, Job, Link, Route
 from streams.core.clock import TickClock
 from streams.core.fabric import FabricCorrelator
 from streams.core.hardware import HardwareMonitor
@@ -223,6 +223,8 @@ class Engine:
 
     def process(self, message: C4Model) -> list[Diagnosis]:
         """Feed one message; returns the diagnoses that changed (firing or resolved)."""
+        if isinstance(message, Collectives):  # a batch: its messages, in order
+            return [found for each in message.messages for found in self.process(each)]
         kind = type(message).__name__
         self.counts[kind] = self.counts.get(kind, 0) + 1
         out: list[Diagnosis] = []

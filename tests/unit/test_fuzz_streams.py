@@ -120,7 +120,7 @@ def test_streams_decoding_passes_good_records_and_dead_letters_bad_ones(
     letters = Topic()
     rejected: list[Rejection] = []
 
-    async def collect() -> list[tuple[str | None, C4Model, bytes]]:
+    async def collect() -> list[tuple[str | None, C4Model, bytes | None]]:
         stream = decoded(Stream(events), "in.topic", kind, letters, lambda _, r: rejected.append(r))
         return [item async for item in stream]
 

@@ -23,7 +23,8 @@ def test_all_valid_exits_zero(tmp_path: Path) -> None:
     result = run_c4("validate", str(path))
     assert result.returncode == 0, result.stderr
     assert result.stdout == b""
-    assert b"11 valid, 0 rejected" in result.stderr
+    # One example per kind, the collectives batch counting as its two messages.
+    assert b"13 valid, 0 rejected" in result.stderr
 
 
 def test_rejected_lines_are_numbered_and_exit_one() -> None:
@@ -52,3 +53,26 @@ def test_usage_errors_exit_two(tmp_path: Path) -> None:
     assert missing.returncode == 2
     assert missing.stderr.count(b"\n") == 1
     assert b"No such file" in missing.stderr
+
+
+def test_a_batch_is_checked_message_by_message() -> None:
+    single = contract_examples()["collective"]
+    batch = dict(contract_examples()["collectives"])
+    batch["messages"] = [single, {**single, "rank": 20}, {**single, "job": "job-7"}, single]
+    stdin = orjson.dumps(batch) + b"\n"
+    result = run_c4("validate", "--kind", "collective", stdin=stdin)
+    assert result.returncode == 1
+    assert result.stdout.decode().splitlines() == [
+        "line 1: messages[1].rank: 20 >= comm_size 16",
+        "line 1: messages[2].job: 'job-7' is not the batch's job 'job-42'",
+    ]
+    assert b"2 valid, 2 rejected" in result.stderr
+
+
+def test_a_broken_batch_envelope_rejects_the_line() -> None:
+    batch = {**contract_examples()["collectives"], "messages": {"not": "an array"}}
+    stdin = orjson.dumps(batch) + b"\n"
+    result = run_c4("validate", "--kind", "collectives", stdin=stdin)
+    assert result.returncode == 1
+    assert result.stdout == b"line 1: messages: should be a valid tuple, got object\n"
+    assert b"0 valid, 1 rejected" in result.stderr
