@@ -110,7 +110,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             raise AgentError(str(error)) from error
         publisher = Publisher(settings.kafka_client_config(), settings.topic_prefix, spool)
         _report(f"publishing to {settings.kafka_bootstrap}; spool {spool_dir}")
-    agent = Agent(sources, _printer if publisher is None else publisher.publish, _report)
+    agent = Agent(
+        sources,
+        _printer if publisher is None else publisher.publish,
+        _report,
+        pack=not args.no_batch,
+        node=args.node or socket.gethostname(),
+    )
     stop = {"now": False}
 
     def _stop(signum: int, frame: FrameType | None) -> None:
@@ -177,6 +183,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="file keeping the handoff read positions (default <spool dir>/handoff-offsets.json)",
     )
     parser.add_argument("--interval", type=float, default=1.0, help="collective sources, s")
+    parser.add_argument(
+        "--no-batch",
+        action="store_true",
+        help="one record per collective message (default: one collectives batch per job "
+        "per interval)",
+    )
     parser.add_argument("--link-interval", type=float, default=1.0, help="sysfs, s")
     parser.add_argument("--gpu-interval", type=float, default=5.0, help="NVML, s")
     parser.add_argument("--spool-dir", help="disk spool (default <stack dir>/agent-spool)")

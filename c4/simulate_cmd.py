@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -13,9 +14,11 @@ import orjson
 
 from c4 import C4Error
 from c4.inputs import load_document, read_input
+from producers.batching import pack_stream
 from producers.simulator import Scenario, ScenarioError, ground_truth, parse_scenario
 from producers.simulator.cluster import Cluster, build_cluster
 from producers.simulator.run import simulate_cluster
+from schemas.base import C4Model
 from schemas.codec import encode
 from schemas.files import Topology
 
@@ -47,11 +50,19 @@ def place(topology: Topology | None, scenario: Scenario, source: str) -> Cluster
         raise SimulateError(message) from error
 
 
-def write_run(cluster: Cluster, scenario: Scenario, out: IO[bytes]) -> Counter[str]:
+def run_messages(cluster: Cluster, scenario: Scenario, pack: bool) -> Iterator[C4Model]:
+    """The run's messages in event time; with ``pack``, collectives batched as agents do."""
+    messages = simulate_cluster(cluster, scenario)
+    return pack_stream(messages) if pack else messages
+
+
+def write_run(
+    cluster: Cluster, scenario: Scenario, out: IO[bytes], pack: bool = False
+) -> Counter[str]:
     """Simulate and write every message as a JSON line; returns the count per kind."""
     counts: Counter[str] = Counter()
     batch: list[bytes] = []
-    for message in simulate_cluster(cluster, scenario):
+    for message in run_messages(cluster, scenario, pack):
         counts[type(message).__name__.lower()] += 1
         batch.append(encode(message))
         if len(batch) >= BATCH:
@@ -68,13 +79,15 @@ def truth_lines(cluster: Cluster, scenario: Scenario) -> bytes:
     return b"".join(orjson.dumps(item.as_dict()) + b"\n" for item in truth)
 
 
-def publish_run(cluster: Cluster, scenario: Scenario, settings: Settings, speed: float) -> int:
-    """Publish the run to Kafka live, ``speed`` x real time; returns the messages sent."""
+def publish_run(
+    cluster: Cluster, scenario: Scenario, settings: Settings, speed: float, pack: bool = False
+) -> int:
+    """Publish the run to Kafka live, ``speed`` x real time; returns the records sent."""
     from producers.publisher import Publisher, paced
 
     publisher = Publisher(settings.kafka_client_config(), settings.topic_prefix)
     sent = 0
-    for message in paced(simulate_cluster(cluster, scenario), speed):
+    for message in paced(run_messages(cluster, scenario, pack), speed):
         publisher.publish(message)
         sent += 1
     publisher.flush()
@@ -95,15 +108,15 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.kafka:
         if truth_path is not None:
             Path(truth_path).write_bytes(truth)
-        sent = publish_run(cluster, scenario, settings, args.speed)
+        sent = publish_run(cluster, scenario, settings, args.speed, args.batch)
         print(f"{sent} messages published to {settings.kafka_bootstrap}", file=sys.stderr)
         return 0
     if args.out == "-":
-        counts = write_run(cluster, scenario, sys.stdout.buffer)
+        counts = write_run(cluster, scenario, sys.stdout.buffer, args.batch)
         sys.stdout.flush()
     else:
         with open(args.out, "wb") as out:
-            counts = write_run(cluster, scenario, out)
+            counts = write_run(cluster, scenario, out, args.batch)
     if truth_path is not None:
         Path(truth_path).write_bytes(truth)
     summary = ", ".join(f"{count} {kind}" for kind, count in sorted(counts.items()))
@@ -138,6 +151,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--speed", type=_positive, default=1.0, help="with --kafka: x real time (default 1)"
+    )
+    parser.add_argument(
+        "--batch",
+        action="store_true",
+        help="each interval's collective messages as one collectives record per job and node, "
+        "as node agents send them",
     )
     parser.add_argument(
         "--start-now",

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from producers.batching import pack_round
 from producers.sources import Reading, Source, SourceUnavailable
 from schemas.base import C4Model
 
@@ -28,7 +29,7 @@ class _Scheduled:
 
 @dataclass(slots=True)
 class AgentCounts:
-    """Rounds run, messages handed on, and failures, over the agent's life."""
+    """Rounds run, messages handed on (a batch counting its messages), and failures."""
 
     rounds: int = 0
     messages: int = 0
@@ -38,7 +39,12 @@ class AgentCounts:
 
 
 class Agent:
-    """Schedules sources; every message goes to ``sink``, every report line to ``report``."""
+    """Schedules sources; every message goes to ``sink``, every report line to ``report``.
+
+    With ``pack`` (the default), the collective messages of one source round (one interval
+    of this node) go to ``sink`` as one ``collectives`` batch per job; ``node`` names the
+    node in the batches.
+    """
 
     def __init__(
         self,
@@ -47,12 +53,16 @@ class Agent:
         report: Callable[[str], None],
         clock_ns: Callable[[], int] = time.time_ns,
         monotonic: Callable[[], float] = time.monotonic,
+        *,
+        pack: bool = True,
+        node: str | None = None,
     ) -> None:
         now = monotonic()
         self._scheduled = [_Scheduled(source, now) for source in sources]
         self._sink, self._report = sink, report
         self._clock_ns, self._monotonic = clock_ns, monotonic
         self._seen_problems: set[str] = set()
+        self._pack, self._node = pack, node
         self.counts = AgentCounts()
 
     @property
@@ -100,7 +110,8 @@ class Agent:
                     self._seen_problems.clear()
                 self._seen_problems.add(problem)
                 self._report(f"source {source.name}: {problem}")
-        for message in reading.messages:
+        out = pack_round(reading.messages, self._node) if self._pack else reading.messages
+        for message in out:
             self._sink(message)
         sent = len(reading.messages)
         self.counts.messages += sent

@@ -26,7 +26,7 @@ from producers import ProducerError
 from producers.spool import DiskSpool, Record
 from schemas.base import C4Model
 from schemas.codec import encode, key_of
-from schemas.messages import Collective
+from schemas.messages import Collective, Collectives
 from schemas.topics import TOPICS_BY_KIND
 
 NS_PER_S = 1_000_000_000
@@ -54,12 +54,20 @@ _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 
 
 def is_heartbeat_value(value: bytes) -> bool:
-    """Whether an encoded message is a heartbeat (a collective whose ops are empty)."""
-    return value.startswith(b'{"v":1,"kind":"collective"') and b'"seq":[]' in value
+    """Whether an encoded message is a heartbeat (a collective whose ops are empty), or a
+    batch of nothing else."""
+    if value.startswith(b'{"v":1,"kind":"collective",'):
+        return b'"seq":[]' in value
+    if value.startswith(b'{"v":1,"kind":"collectives",'):
+        return value.count(b'"seq":[') == value.count(b'"seq":[]')
+    return False
 
 
 def is_heartbeat(message: C4Model) -> bool:
-    """A collective message with empty ops: the first thing to drop when the spool is full."""
+    """A collective message with empty ops (or a batch of only such): the first thing to
+    drop when the spool is full."""
+    if isinstance(message, Collectives):
+        return all(len(each.ops) == 0 for each in message.messages)
     return isinstance(message, Collective) and len(message.ops) == 0
 
 

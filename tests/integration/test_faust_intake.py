@@ -57,6 +57,13 @@ def test_faust_agent_decodes_and_dead_letters(
             producer.produce(
                 names[0], key=job.encode(), value=collective(job, 7), on_delivery=delivered
             )
+        # A batch: its two good messages are taken, its bad one dead-lettered alone.
+        single = dict(contract_examples()["collective"], job="job-batch")
+        batch = dict(contract_examples()["collectives"], job="job-batch")
+        batch["messages"] = [dict(single, rank=5), dict(single, rank=16), dict(single, rank=6)]
+        producer.produce(
+            names[0], key=b"job-batch", value=orjson.dumps(batch), on_delivery=delivered
+        )
         job_message = dict(contract_examples()["job"], comms={})
         producer.produce(
             names[3], key=b"job-explode", value=orjson.dumps(dict(job_message, job="job-explode"))
@@ -73,11 +80,12 @@ def test_faust_agent_decodes_and_dead_letters(
         )
         consumer.subscribe([f"{prefix}.echo", f"{prefix}.deadletter"])
         echoed: dict[str, tuple[Collective, int]] = {}
+        batch_ranks: list[int] = []
         jobs_echoed: list[str] = []
         letters: list[tuple[bytes, Deadletter]] = []
         deadline = time.monotonic() + 90
         while (
-            len(echoed) < len(jobs) or len(letters) < 3 or not jobs_echoed
+            len(echoed) < len(jobs) or len(letters) < 4 or not jobs_echoed or len(batch_ranks) < 2
         ) and time.monotonic() < deadline:
             record = consumer.poll(0.5)
             if record is None or record.error() is not None:
@@ -85,7 +93,9 @@ def test_faust_agent_decodes_and_dead_letters(
                 continue
             result = decode(record.value())
             assert not isinstance(result, Rejection), result.reason
-            if isinstance(result, Collective):
+            if isinstance(result, Collective) and result.job == "job-batch":
+                batch_ranks.append(result.rank)
+            elif isinstance(result, Collective):
                 echoed[result.job] = (result, record.partition())
             elif isinstance(result, Job):
                 jobs_echoed.append(result.job)
@@ -110,3 +120,7 @@ def test_faust_agent_decodes_and_dead_letters(
     assert by_key[b"job-explode"].error == "RuntimeError: handler failure injected by the test"
     assert by_key[b"job-explode"].topic == names[3]
     assert jobs_echoed == ["job-7"]
+    assert batch_ranks == [5, 6]
+    in_batch = by_key[b"job-batch"]
+    assert in_batch.error == "messages[1].rank: 16 >= comm_size 16"
+    assert orjson.loads(in_batch.payload) == dict(single, rank=16)
