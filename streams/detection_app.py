@@ -38,7 +38,7 @@ from streams.core.engine import Engine
 from streams.core.fabric import FabricHub
 from streams.core.job import SlowPath
 from streams.core.params import DetectorParams
-from streams.core.snapshot import SnapshotError, decode_state, encode_state
+from streams.core.snapshot import SnapshotError, base_key, read_snapshot, write_snapshot
 from streams.durable import DurableDetection
 from streams.live import InputLag, LiveDetection
 from streams.metrics import StreamMetrics
@@ -82,10 +82,13 @@ class KeyPartitionedTable(faust.Table):  # type: ignore[type-arg]
 
     So a job's state lands in the partition of the job's messages, whether it is written
     while processing one of them or from the timer; computed here rather than by the
-    producer, which cannot place a key before it has the changelog topic's metadata.
+    producer, which cannot place a key before it has the changelog topic's metadata. The
+    parts of a large snapshot go with their key.
     """
 
     def partition_for_key(self, key: Any) -> int:
+        if isinstance(key, bytes):
+            key = base_key(key)
         return partition_of(key, self.changelog_topic.partitions or self.app.conf.topic_partitions)
 
 
@@ -294,18 +297,17 @@ class _FabricSide:
             log.warning("ignored a malformed fabric-paths report: %s", error)
             return []
         if found or time.monotonic() - self._saved_at >= 1.0:
-            self._table[FABRIC_STATE_KEY] = encode_state(self.hub.state())
+            write_snapshot(self._table, FABRIC_STATE_KEY, self.hub.state())
             self._saved_at = time.monotonic()
         self._metrics.record_diagnoses(found)
         return found
 
     def _restore(self) -> None:
         self._restored = True
-        blob = self._table.get(FABRIC_STATE_KEY)
-        if blob is None:
-            return
         try:
-            self.hub.restore(decode_state(blob))
+            state = read_snapshot(self._table, FABRIC_STATE_KEY)
+            if state is not None:
+                self.hub.restore(state)
         except (SnapshotError, KeyError, TypeError, ValueError) as error:
             log.warning("fabric correlator state unreadable, relearning: %s", error)
 

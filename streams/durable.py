@@ -14,18 +14,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from schemas.base import C4Model
 from schemas.messages import Collective, Diagnosis, Gpu, Job, Link
 from streams.core.hardware import node_of
-from streams.core.snapshot import SnapshotError, decode_state, encode_state
+from streams.core.snapshot import (
+    SnapshotError,
+    StateTable,
+    delete_snapshot,
+    is_part_key,
+    read_snapshot,
+    write_snapshot,
+)
 from streams.live import LiveDetection
 
 log = logging.getLogger(__name__)
 
-StateTable = MutableMapping[bytes, bytes]
 HARDWARE_CLASSES = frozenset({"link_down", "gpu_fault"})
 
 
@@ -127,6 +133,8 @@ class DurableDetection:
         """Restore every job and node of the tables that this worker owns and lacks."""
         for kind, table in self._tables.items():
             for raw in list(table.keys()):
+                if is_part_key(raw):
+                    continue  # a part of a large snapshot, read with its head
                 key = raw.decode("utf-8", errors="replace")
                 if (kind, key) not in self._adopted and self._owns(kind, key):
                     self._adopt((kind, key))
@@ -136,11 +144,10 @@ class DurableDetection:
             return
         self._adopted.add(owner)
         kind, key = owner
-        blob = self._tables[kind].get(key.encode())
-        if blob is None:
-            return
         try:
-            state = decode_state(blob)
+            state = read_snapshot(self._tables[kind], key.encode())
+            if state is None:
+                return
             if kind == "job":
                 self.engine.restore_job(key, state)
             else:
@@ -167,9 +174,9 @@ class DurableDetection:
             state = self.engine.job_state(key) if kind == "job" else node_states.get(key)
             table = self._tables[kind]
             if state is None:
-                table.pop(key.encode(), None)
+                delete_snapshot(table, key.encode())
             else:
-                table[key.encode()] = encode_state(state)
+                write_snapshot(table, key.encode(), state)
                 self.counters.written += 1
                 self.live.metrics.snapshots.inc()
             self._dirty.discard((kind, key))

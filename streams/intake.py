@@ -6,6 +6,7 @@ record goes to ``c4.deadletter.v1`` with its reason while the stream goes on.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -63,3 +64,8 @@ async def decoded(
                 )
                 continue
             yield key, result, whole
+        # Give the event loop a turn after each record. While the stream's buffer holds
+        # records, Faust hands them over without yielding, so a worker behind by a batch
+        # backlog (tens of messages per record) would keep the loop for minutes: its timer,
+        # offset commits and rebalance callbacks starve, and a rebalance never completes.
+        await asyncio.sleep(0)

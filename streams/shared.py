@@ -8,6 +8,7 @@ through `streams.core.engine.SharedFacts`. Nothing here imports Faust: the table
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import MutableMapping
 
 from schemas.base import C4Model
@@ -19,6 +20,13 @@ FactTable = MutableMapping[bytes, bytes]
 
 # The keys of a placement: a NIC port's job, a GPU's job.
 _PLACE_KEYS = (b"port:", b"gpu:")
+# Tokens rewritten (a fresh random value) after every change of a kind of fact, whichever
+# worker made it: what a reader computed from those facts holds while the token it read is
+# still there. A fresh value, not a counter, so that two workers changing facts at once
+# cannot both write the same next number; it comes after the fact on the table's one
+# changelog partition, so whoever reads the new token has the new fact.
+_ROUTES_STAMP_KEY = "stamp:routes"
+_HEALTH_STAMP_KEY = "stamp:health"
 
 
 class TableFacts:
@@ -31,10 +39,20 @@ class TableFacts:
         value = self._table.get(key.encode())
         return None if value is None else value.decode("utf-8", errors="replace")
 
-    def _set(self, key: str, value: str) -> None:
+    def _set(self, key: str, value: str) -> bool:
+        """Write on change only (it is a changelog); whether the value changed."""
         encoded = value.encode()
-        if self._table.get(key.encode()) != encoded:  # on change only: it is a changelog
-            self._table[key.encode()] = encoded
+        if self._table.get(key.encode()) == encoded:
+            return False
+        self._table[key.encode()] = encoded
+        return True
+
+    def _token(self, key: str) -> int:
+        value = self._table.get(key.encode())
+        return int(value) if value is not None and value.isdigit() else 0
+
+    def _renew(self, key: str) -> None:
+        self._table[key.encode()] = str(secrets.randbits(62)).encode()
 
     # --- SharedFacts ---------------------------------------------------------------------
     def job_of_port(self, port: str) -> str | None:
@@ -58,6 +76,14 @@ class TableFacts:
         """When a plan last moved the flow (event time of the worker that learnt it)."""
         return self._via_entry(flow)[1]
 
+    def routes_token(self) -> int:
+        """Changes whenever some flow's ``moved_at`` changes, on any worker."""
+        return self._token(_ROUTES_STAMP_KEY)
+
+    def health_token(self) -> int:
+        """Changes whenever some port's ``port_health`` changes, on any worker."""
+        return self._token(_HEALTH_STAMP_KEY)
+
     def _via_entry(self, flow: str) -> tuple[str | None, int | None]:
         # "spine|moved_ns": either part may be empty (unplanned; never moved).
         value = self._get(f"via:{flow}")
@@ -72,17 +98,22 @@ class TableFacts:
         if isinstance(message, Job):
             self._learn_job(message)
         elif isinstance(message, Route):
+            moves = False
             for path in message.paths:
                 known = self._get(f"via:{path.flow}")
                 via, moved = self._via_entry(path.flow)
                 if known is not None and via != path.via:
                     moved = engine.now_ns
+                    moves = True
                 self._set(f"via:{path.flow}", f"{path.via or ''}|{moved or ''}")
+            if moves:
+                self._renew(_ROUTES_STAMP_KEY)
         elif isinstance(message, Link):
             port = port_id(message.node, message.port)
             down = engine.hardware.is_down(port)
             degraded = engine.hardware.errors_rising(port)
-            self._set(f"health:{port}", f"{int(down)}{int(degraded)}")
+            if self._set(f"health:{port}", f"{int(down)}{int(degraded)}"):
+                self._renew(_HEALTH_STAMP_KEY)
 
     def placed_through(self, partition: int) -> int:
         """How far (next offset) the job topic's ``partition`` is learnt into the table."""

@@ -16,7 +16,6 @@ from typing import Protocol
 
 from actions.planner.reroute import CurrentPlan
 from c4.settings import Settings
-from producers.batching import pack_stream
 from producers.handoff import FolderSink
 from producers.publisher import Publisher
 from producers.simulator.cluster import Cluster
@@ -153,10 +152,6 @@ class LiveSimulator(threading.Thread):
 
     def _messages(self, skip: int) -> Iterator[C4Model]:
         messages = simulate_cluster(self._cluster, self.scenario)
-        if self._outlet is None:
-            # Straight to Kafka: each node's interval in one record per job, as its agent
-            # would send it (a node agent reading the handoff folder packs them itself).
-            messages = pack_stream(messages)
         for _ in range(skip):
             next(messages, None)
         return messages

@@ -593,7 +593,7 @@ class DemoRun:
                 f"(last check: {reason}): give it a longer --duration"
             )
             raise DemoError(message)
-        self.say(f"simulator: done, {simulator.sent} records; waiting for the last actions")
+        self.say(f"simulator: done, {simulator.sent} messages; waiting for the last actions")
         deadline = time.monotonic() + self.options.settle_s
         while time.monotonic() < deadline:
             self._check_children()
@@ -616,7 +616,7 @@ class DemoRun:
         receivers = self._receivers
         calls = len(receivers.calls()) if receivers else 0
         self.say(
-            f"t={event_s:5.1f}/{scenario.duration_s:.0f} s  {self._simulator.sent} records  "
+            f"t={event_s:5.1f}/{scenario.duration_s:.0f} s  {self._simulator.sent} msgs  "
             f"faults diagnosed {found}/{len(truths)}, acted on {acted}/{len(truths)}  "
             f"findings {len(view.open_findings())} open  actions {len(view.actions)}  "
             f"webhook calls {calls}"

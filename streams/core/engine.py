@@ -81,6 +81,14 @@ class SharedFacts(Protocol):
         """When a plan last moved the flow (event time of the worker that learnt it)."""
         ...
 
+    def routes_token(self) -> int:
+        """Changes whenever some flow's ``moved_at`` changes, whichever worker learnt it."""
+        ...
+
+    def health_token(self) -> int:
+        """Changes whenever some port's ``port_health`` changes, whichever worker learnt it."""
+        ...
+
 
 class InputProgress(Protocol):
     """Live: which inputs may still hold records older than what was processed already.
@@ -117,8 +125,9 @@ class _SharedPortHealth:
     def errors_rising(self, port: str) -> bool:
         return self._local.errors_rising(port) or self._shared.port_health(port)[1]
 
-    def health_version(self) -> None:
-        return None  # other workers' port reports reach the shared facts unannounced
+    def health_version(self) -> int:
+        # Other workers' port reports reach the shared facts with a fresh token.
+        return hash((self._local.health_version(), self._shared.health_token()))
 
 
 class _SharedRoutes:
@@ -132,8 +141,9 @@ class _SharedRoutes:
         local, shared = self._local.moved_at(flow), self._shared.moved_at(flow)
         return max(local or 0, shared or 0) or None
 
-    def generation(self) -> None:
-        return None  # other workers' moves reach the shared facts unannounced
+    def generation(self) -> int:
+        # Other workers' moves reach the shared facts with a fresh token.
+        return hash((self._local.generation(), self._shared.routes_token()))
 
 
 class Engine:

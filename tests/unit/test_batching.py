@@ -142,7 +142,7 @@ class Round:
 
 
 def test_the_agent_sends_one_record_per_job_per_round_unless_told_not_to() -> None:
-    for pack, records in ((True, 1), (False, 8)):
+    for pack, records in ((True, 1), (False, 8)):  # packing is opt-in
         sent: list[C4Model] = []
         agent = Agent([Round()], sent.append, print, clock_ns=lambda: 5, pack=pack, node="n1")
         assert agent.run_once() == 8 and agent.counts.messages == 8

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 import pytest
 
+from producers.simulator import scenario_from, simulate
 from producers.simulator.cluster import build_cluster
 from producers.simulator.run import simulate_cluster
 from producers.simulator.scenario import FAULT_TYPES
@@ -20,7 +21,16 @@ from schemas.files import Topology
 from schemas.messages import Diagnosis, Route
 from streams.core.engine import Engine
 from streams.core.fabric import FabricHub
-from streams.core.snapshot import SnapshotError, decode_state, encode_state
+from streams.core.snapshot import (
+    SnapshotError,
+    base_key,
+    decode_state,
+    delete_snapshot,
+    encode_state,
+    is_part_key,
+    read_snapshot,
+    write_snapshot,
+)
 
 Finding = tuple[str, str, str, tuple[str, ...]]
 
@@ -112,3 +122,67 @@ def test_hub_state_round_trips() -> None:
 def test_a_blob_that_is_no_snapshot_is_an_error(blob: bytes) -> None:
     with pytest.raises(SnapshotError):
         decode_state(blob)
+
+
+def test_a_large_snapshot_is_written_in_parts_under_the_size_bound() -> None:
+    """A state over the part bound goes in parts; every record stays under it."""
+    table: dict[bytes, bytes] = {}
+    state = {"ops": [[i * 7_919_357, i * 104_729] for i in range(20_000)]}  # ~100 KB zlib
+    written = write_snapshot(table, b"job-1", state, max_part=16 * 1024)
+    assert written == len(table) > 3
+    assert all(len(value) <= 16 * 1024 for value in table.values())
+    assert all(base_key(key) == b"job-1" for key in table)
+    assert sum(is_part_key(key) for key in table) == written - 1
+    assert read_snapshot(table, b"job-1") == state
+    # A newer snapshot replaces the parts of the older one; a small one needs none.
+    state["ops"].append([1, 2])
+    write_snapshot(table, b"job-1", state, max_part=16 * 1024)
+    assert len(table) == written and read_snapshot(table, b"job-1") == state
+    write_snapshot(table, b"job-1", {"ops": []}, max_part=16 * 1024)
+    assert list(table) == [b"job-1"] and read_snapshot(table, b"job-1") == {"ops": []}
+    write_snapshot(table, b"job-1", state, max_part=16 * 1024)
+    delete_snapshot(table, b"job-1")
+    assert table == {} and read_snapshot(table, b"job-1") is None
+
+
+def test_a_snapshot_with_a_missing_or_changed_part_is_an_error() -> None:
+    state = {"ops": [[i * 7_919_357, i * 104_729] for i in range(20_000)]}
+    for damage in ("drop", "change"):
+        table: dict[bytes, bytes] = {}
+        write_snapshot(table, b"node-1", state, max_part=16 * 1024)
+        part = next(key for key in table if is_part_key(key))
+        if damage == "drop":
+            del table[part]
+        else:
+            value = bytearray(table[part])
+            value[100] ^= 0xFF
+            table[part] = bytes(value)
+        with pytest.raises(SnapshotError):
+            read_snapshot(table, b"node-1")
+    with pytest.raises(SnapshotError, match="not a snapshot head"):
+        read_snapshot({b"k": b"C4PARTS1{not json"}, b"k")
+
+
+def test_a_real_128_rank_3d_job_state_goes_in_parts_and_comes_back() -> None:
+    """The state of a 3D job of 16 nodes after 40 s is over what one Kafka record takes."""
+    scenario = scenario_from(
+        {
+            "seed": 5,
+            "duration_s": 40,
+            "interval_s": 0.5,
+            "jobs": [
+                {"id": "job-3d", "ranks": 128, "parallel": {"tp": 8, "pp": 4, "ep": 2}},
+            ],
+        }
+    )
+    engine = Engine()
+    for message in simulate(None, scenario):
+        engine.process(message)
+    state = engine.job_state("job-3d")
+    assert state is not None
+    table: dict[bytes, bytes] = {}
+    written = write_snapshot(table, b"job-3d", state, max_part=64 * 1024)
+    assert written > 2 and all(len(value) <= 64 * 1024 for value in table.values())
+    restored = Engine()
+    restored.restore_job("job-3d", read_snapshot(table, b"job-3d") or {})
+    assert encode_state(restored.job_state("job-3d") or {}) == encode_state(state)

@@ -179,6 +179,45 @@ def test_table_facts_say_when_a_plan_moved_a_flow() -> None:
     assert facts.moved_at(flow) == writer.routes.moved_at(flow) < writer.now_ns
 
 
+def test_the_shared_tokens_change_with_moves_and_port_health_only() -> None:
+    """A reader's caches hold while the tokens stand; any worker's change renews them."""
+    messages = _messages()
+    table: dict[bytes, bytes] = {}
+    facts = TableFacts(table)
+    writer = Engine()
+    flow = "job-1/c/7->8"
+    health_tokens, routes_tokens = [facts.health_token()], [facts.routes_token()]
+    changes = 0
+    for message in messages:
+        writer.process(message)
+        before = {k: v for k, v in table.items() if k.startswith(b"health:")}
+        facts.learn(message, writer)
+        after = {k: v for k, v in table.items() if k.startswith(b"health:")}
+        changes += before != after
+        if facts.health_token() != health_tokens[-1]:
+            health_tokens.append(facts.health_token())
+        routes_tokens.append(facts.routes_token())
+    assert changes >= 2  # the ports appear, then one degrades
+    assert len(health_tokens) == changes + 1  # a new token per change, none otherwise
+    assert set(routes_tokens) == {0}  # no plan moved anything
+
+    def route(plan: str, via: str | None) -> Route:
+        paths = (RoutePath(flow=flow, port="mlx5_7:1", via=via),)
+        return Route(v=1, kind="route", node="node-000", ts_ns=1, plan=plan, paths=paths)
+
+    facts.learn(route("p-1", None), writer)
+    assert facts.routes_token() == 0  # planned, not moved
+    facts.learn(route("p-2", "spine-a-0"), writer)
+    moved = facts.routes_token()
+    assert moved != 0
+    facts.learn(route("p-3", "spine-a-0"), writer)
+    assert facts.routes_token() == moved  # the same spine again: no move
+    reader = Engine(shared=TableFacts(table))
+    generation = reader._routes.generation()
+    facts.learn(route("p-4", "spine-b-1"), writer)  # another worker learns a move
+    assert reader._routes.generation() != generation
+
+
 def test_table_facts_say_how_far_each_job_partition_is_learnt() -> None:
     table: dict[bytes, bytes] = {}
     facts = TableFacts(table)
