@@ -8,6 +8,12 @@ all-to-alls, one slowed GPU) is simulated once with this tree, then replayed by
 microseconds per operation (medians), peak RSS, and the findings of each side.
 
     python bench/bench_replay.py [--nodes 16] [--duration-s 60] [--baseline 78fefbb]
+                                 [--interval-s 1.0] [--batch]
+
+``--interval-s 0.5`` makes about 10 operations per message (real reporting sizes);
+``--batch`` also replays the same run as ``collectives`` records (one per job, node and
+interval, as ``c4 agent --batch`` sends them) with this tree (the baseline reads only
+single messages).
 """
 
 from __future__ import annotations
@@ -29,14 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
 
 
-def scenario(nodes: int, duration_s: float) -> dict[str, object]:
+def scenario(nodes: int, duration_s: float, interval_s: float = 1.0) -> dict[str, object]:
     """The recorded job: tp 8 inside each node, pp 4, the rest data and expert parallel."""
     pp = 4 if nodes % 4 == 0 else 1
     return {
         "name": "bench-replay-3d",
         "seed": 11,
         "duration_s": duration_s,
-        "interval_s": 1.0,
+        "interval_s": interval_s,
         "emit_routes": True,
         "fabric": {"nodes_per_leaf": 4, "spines": 4},
         "jobs": [
@@ -64,13 +70,18 @@ def scenario(nodes: int, duration_s: float) -> dict[str, object]:
     }
 
 
-def simulate(folder: Path, nodes: int, duration_s: float) -> tuple[Path, int, int]:
+def simulate(
+    folder: Path, nodes: int, duration_s: float, interval_s: float = 1.0, batch: bool = False
+) -> tuple[Path, int, int]:
     """The recorded file, its messages and operations."""
     spec = folder / "scenario.json"
-    spec.write_bytes(orjson.dumps(scenario(nodes, duration_s)))
-    out = folder / "replay.jsonl"
+    spec.write_bytes(orjson.dumps(scenario(nodes, duration_s, interval_s)))
+    out = folder / ("replay-batched.jsonl" if batch else "replay.jsonl")
     subprocess.run(  # noqa: S603 -- this interpreter, our own command
-        [sys.executable, "-m", "c4.cli", "simulate", "--scenario", str(spec), "--out", str(out)],
+        [
+            *(sys.executable, "-m", "c4.cli", "simulate", "--scenario", str(spec)),
+            *("--out", str(out), *(["--batch"] if batch else [])),
+        ],
         cwd=ROOT,
         check=True,
         stdout=subprocess.DEVNULL,
@@ -79,9 +90,11 @@ def simulate(folder: Path, nodes: int, duration_s: float) -> tuple[Path, int, in
     with out.open("rb") as lines:
         for line in lines:
             record = orjson.loads(line)
-            if record.get("kind") == "collective":
-                messages += 1
-                operations += len(record["ops"]["seq"])
+            inner = record.get("messages", ()) if record.get("kind") == "collectives" else ()
+            for message in inner if inner else (record,):
+                if message.get("kind") == "collective":
+                    messages += 1
+                    operations += len(message["ops"]["seq"])
     return out, messages, operations
 
 
@@ -132,16 +145,24 @@ def main() -> int:
     parser.add_argument("--duration-s", type=float, default=60.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", default="78fefbb", help="commit to compare against")
+    parser.add_argument("--interval-s", type=float, default=1.0, help="reporting interval")
+    parser.add_argument("--batch", action="store_true", help="also replay collectives batches")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="c4-bench-replay-") as tmp:
         folder = Path(tmp)
-        recorded, messages, operations = simulate(folder, args.nodes, args.duration_s)
-        trees = {"this tree": ROOT, f"baseline {args.baseline}": export(args.baseline, folder)}
-        runs: dict[str, list[tuple[float, int, list[str]]]] = {name: [] for name in trees}
+        recorded, messages, operations = simulate(
+            folder, args.nodes, args.duration_s, args.interval_s
+        )
+        inputs = {"this tree": (ROOT, recorded)}
+        if args.batch:
+            batched, *_ = simulate(folder, args.nodes, args.duration_s, args.interval_s, True)
+            inputs["this tree, batches"] = (ROOT, batched)
+        inputs[f"baseline {args.baseline}"] = (export(args.baseline, folder), recorded)
+        runs: dict[str, list[tuple[float, int, list[str]]]] = {name: [] for name in inputs}
         size = recorded.stat().st_size / MIB
         for _ in range(args.repeats):
-            for name, tree in trees.items():  # alternately: the machine's noise hits both
-                runs[name].append(replay(tree, recorded))
+            for name, (tree, data) in inputs.items():  # alternately: the noise hits all
+                runs[name].append(replay(tree, data))
     print(
         f"{args.nodes * 8} ranks, {args.duration_s:.0f} s, {messages:,} collective messages, "
         f"{operations:,} operations ({operations / max(messages, 1):.1f} per message), "
@@ -158,8 +179,10 @@ def main() -> int:
             f"{name:<22}{operations / seconds:>16,.0f}{seconds / operations * 1e6:>8.2f}"
             f"{rss:>14.0f}  {findings}"
         )
-    this, base = medians.values()
-    print(f"this tree vs baseline: {base / this:.2f}x the baseline's speed per operation")
+    base = medians[f"baseline {args.baseline}"]
+    for name, seconds in medians.items():
+        if not name.startswith("baseline"):
+            print(f"{name} vs baseline: {base / seconds:.2f}x the baseline's speed per operation")
     return 0
 
 

@@ -53,6 +53,8 @@ PARTITIONS = 8
 TARGET_OPS = 1_000_000
 TARGET_SHARE = 0.5
 COUNTER = 'c4_stream_messages_total{kind="collective"}'
+# A drain that counts nothing new for this long has stalled.
+STALL_S = 60.0
 LAG = "c4_stream_consumer_lag"
 
 
@@ -138,12 +140,13 @@ def load(folder: Path, spec: Path, pack: bool) -> Records:
 class Drain:
     """Processes of one group draining a preloaded topic."""
 
-    rate: float  # collective messages/s, all processes together
+    rate: float  # collective messages/s, all processes together (steady part)
     peak_mib: float  # the largest VmHWM of the processes
     max_lag: float  # the largest consumer lag any process reported
+    taken: float  # messages counted when the drain ended (short of all: it stalled)
 
 
-def drain(kind: str, records: Records, processes: int, log: Path) -> Drain:
+def drain(kind: str, records: Records, processes: int, log: Path, stall_s: float) -> Drain:
     app_id = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
     env = dict(
         os.environ,
@@ -172,14 +175,16 @@ def drain(kind: str, records: Records, processes: int, log: Path) -> Drain:
             out = (log.parent / f"{log.stem}-{index}.log").open("wb")
             process = subprocess.Popen(argv, env=run_env, cwd=REPO, stdout=out, stderr=out)  # noqa: S603
             running.append((process, port))
-        deadline = time.monotonic() + 900
         count = 0.0
-        while count < records.messages and time.monotonic() < deadline:
+        progress_at = time.monotonic()
+        while count < records.messages and time.monotonic() - progress_at < stall_s:
             for process, _ in running:
                 if process.poll() is not None:
                     message = f"{kind} exited; see {log.parent}"
                     raise RuntimeError(message)
-            count = sum(metric(port, COUNTER) for _, port in running)
+            now_count = sum(metric(port, COUNTER) for _, port in running)
+            if now_count > count:
+                count, progress_at = now_count, time.monotonic()
             marks.append((time.monotonic(), count))
             if kind == "worker":
                 max_lag = max([max_lag, *(lag(port) for _, port in running)])
@@ -191,9 +196,11 @@ def drain(kind: str, records: Records, processes: int, log: Path) -> Drain:
         for process, _ in running:
             process.wait(60)
     low, high = 0.1 * records.messages, 0.9 * records.messages
+    if marks[-1][1] < high:  # stalled: no steady rate to speak of
+        return Drain(float("nan"), peak, max_lag, marks[-1][1])
     t_low = min(t for t, c in marks if c >= low)
     t_high = min(t for t, c in marks if c >= high)
-    return Drain((high - low) / max(t_high - t_low, 1e-9), peak, max_lag)
+    return Drain((high - low) / max(t_high - t_low, 1e-9), peak, max_lag, marks[-1][1])
 
 
 def lag(port: int) -> float:
@@ -217,6 +224,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--processes", default="1,2,4")
+    parser.add_argument("--stall-s", type=float, default=STALL_S, help="no progress: stalled")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="c4-bench-batched-"))
     spec = work / "scenario.json"
@@ -234,7 +242,7 @@ def main() -> int:
     for run in range(args.runs):
         for name, kind, records, processes in cases:
             log = work / f"{kind}-{processes}-{records.records}-{run}.log"
-            results[name].append(drain(kind, records, processes, log))
+            results[name].append(drain(kind, records, processes, log, args.stall_s))
     print(
         f"{args.jobs} jobs x {args.nodes * 8} ranks (tp 8, pp 4, ep 2), {args.seconds:.0f} s: "
         f"{batched.messages:,} collective messages, {batched.operations:,} operations "
@@ -250,12 +258,15 @@ def main() -> int:
     rates: dict[str, float] = {}
     for name, _, records, processes in cases:
         drains = results[name]
-        rate = statistics.median(d.rate for d in drains)
+        done = [d for d in drains if d.rate == d.rate]  # runs that did not stall
+        stalls = [d for d in drains if d.rate != d.rate]
+        rate = statistics.median(d.rate for d in done) if done else float("nan")
         rates[name] = rate
         ops = rate * records.operations / records.messages
         print(
             f"{name:<36}{rate:>10,.0f}{ops:>12,.0f}{ops / processes:>12,.0f}"
             f"{max(d.max_lag for d in drains):>9,.0f}{max(d.peak_mib for d in drains):>10.0f}"
+            + "".join(f"  stalled at {d.taken:,.0f} of {records.messages:,}" for d in stalls)
         )
     one = rates[f"worker x{counts[0]}, batched"] * per_message
     ceiling = rates["decode-only x1, batched"] * per_message
