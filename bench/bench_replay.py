@@ -35,9 +35,13 @@ ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
 
 
-def scenario(nodes: int, duration_s: float, interval_s: float = 1.0) -> dict[str, object]:
-    """The recorded job: tp 8 inside each node, pp 4, the rest data and expert parallel."""
+def scenario(
+    nodes: int, duration_s: float, interval_s: float = 1.0, jobs: int = 1
+) -> dict[str, object]:
+    """The recorded job (``jobs`` of them, each on its own ``nodes``): tp 8 inside each
+    node, pp 4, the rest data and expert parallel; one GPU of the first slowed at 20 s."""
     pp = 4 if nodes % 4 == 0 else 1
+    names = ["job-3d"] if jobs == 1 else [f"job-{j:02d}" for j in range(jobs)]
     return {
         "name": "bench-replay-3d",
         "seed": 11,
@@ -47,7 +51,7 @@ def scenario(nodes: int, duration_s: float, interval_s: float = 1.0) -> dict[str
         "fabric": {"nodes_per_leaf": 4, "spines": 4},
         "jobs": [
             {
-                "id": "job-3d",
+                "id": name,
                 "ranks": nodes * 8,
                 "jitter": 0.01,
                 "parallel": {
@@ -65,8 +69,9 @@ def scenario(nodes: int, duration_s: float, interval_s: float = 1.0) -> dict[str
                     "gpu_spread": 0.02,
                 },
             }
+            for name in names
         ],
-        "faults": [{"type": "slow_gpu", "job": "job-3d", "rank": 43, "at_s": 20.0, "factor": 1.3}],
+        "faults": [{"type": "slow_gpu", "job": names[0], "rank": 43, "at_s": 20.0, "factor": 1.3}],
     }
 
 

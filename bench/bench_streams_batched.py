@@ -38,6 +38,7 @@ import orjson
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
+from bench_replay import scenario as replay_scenario  # noqa: E402
 from bench_streams import (  # noqa: E402
     BOOTSTRAP,
     c4,
@@ -60,34 +61,7 @@ LAG = "c4_stream_consumer_lag"
 
 def scenario(jobs: int, nodes: int, seconds: float) -> dict[str, object]:
     """``jobs`` 3D MoE jobs of ``nodes`` nodes each, one reporting interval per 0.5 s."""
-    pp = 4 if nodes % 4 == 0 else 1
-    return {
-        "name": "bench-streams-batched",
-        "seed": 5,
-        "duration_s": seconds,
-        "interval_s": 0.5,
-        "fabric": {"nodes_per_leaf": 4, "spines": 4},
-        "jobs": [
-            {
-                "id": f"job-{j:02d}",
-                "ranks": nodes * 8,
-                "jitter": 0.01,
-                "parallel": {
-                    "tp": 8,
-                    "pp": pp,
-                    "ep": 2 if nodes // pp >= 2 else 1,
-                    "microbatches": 8,
-                    "forward_ms": 20.0,
-                    "activation_bytes": 16 * MIB,
-                    "tp_bytes": 8 * MIB,
-                    "bucket_bytes": 50 * MIB,
-                    "dp_buckets": 4,
-                    "a2a_bytes": 4 * MIB,
-                },
-            }
-            for j in range(jobs)
-        ],
-    }
+    return {**replay_scenario(nodes, seconds, 0.5, jobs), "faults": [], "emit_routes": False}
 
 
 @dataclass(frozen=True)
