@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from c4.settings import load_settings  # noqa: E402
-from c4.streams_cmd import faust_broker_url  # noqa: E402
+from c4.streams_wiring import faust_broker_url  # noqa: E402
 from schemas.base import C4Model  # noqa: E402
 from schemas.topics import ALL_TOPICS  # noqa: E402
 from streams.app import INPUT_TOPICS, create_app  # noqa: E402

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 
-from c4.streams_cmd import faust_broker_url
+from c4.streams_wiring import faust_broker_url
 from schemas.codec import decode_object
 from schemas.files import Topology
 from streams.detection_app import DetectionConfig, create_detection_app

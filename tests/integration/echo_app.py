@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from c4.streams_cmd import faust_broker_url
+from c4.streams_wiring import faust_broker_url
 from schemas.base import C4Model
 from schemas.codec import encode
 from streams.app import create_app

@@ -1,4 +1,4 @@
-"""The usual Faust command line runs the detection app too: faust -A streams.faust_app worker."""
+"""The usual Faust command line runs the detection app too: faust -A c4.faust_app worker."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_faust_a_worker_finds_a_hang(kafka_bootstrap: str, unique: str, tmp_path
                 "-m",
                 "faust",
                 "-A",
-                "streams.faust_app",
+                "c4.faust_app",
                 "worker",
                 "-l",
                 "warn",

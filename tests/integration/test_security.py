@@ -309,6 +309,49 @@ def test_streams_worker_consumes_and_produces_over_sasl(
     assert_no_secret(output)
 
 
+def faust_a_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Faust's own command line on c4's app (``faust -A c4.faust_app worker``)."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "faust", "-A", "c4.faust_app", "worker", "-l", "debug"]
+            + ["--without-web"],
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def test_faust_a_worker_uses_the_credentials_and_refuses_wrong_ones(
+    secure: PrivateStack, unique: str, tmp_path: Path
+) -> None:
+    """The `faust -A` path builds the worker as `c4 streams worker` does: SASL applied."""
+    env = c4_env(secure, unique, C4_STREAMS_APP_ID=f"sec-fa-{unique}", C4_STREAMS_METRICS_PORT="0")
+    assert c4(env, "topics", "create").returncode == 0
+    log = tmp_path / "faust.log"
+    worker = faust_a_worker(env, log)
+    try:
+        producer = Producer({**client_config(secure), "partitioner": "murmur2_random"})
+        producer.produce(f"sec.{unique}.c4.collective.v1", key=b"job-8", value=b"{not json")
+        assert producer.flush(30) == 0
+        letters = read_topic(secure, f"sec.{unique}.c4.deadletter.v1", 1, timeout_s=90)
+        assert worker.poll() is None, log.read_text(errors="replace")[-3000:]
+    finally:
+        output = stop_worker(worker, log)
+    assert len(letters) == 1, output[-3000:]
+    assert_no_secret(output)
+
+    wrong = faust_a_worker(c4_env(secure, unique, C4_KAFKA_SASL_PASSWORD=WRONG_SECRET), log)
+    try:
+        wrong.wait(60)
+    finally:
+        output = stop_worker(wrong, log)
+    assert wrong.returncode in (1, 2), output[-3000:]
+    lines = [line for line in output.splitlines() if line.startswith("c4 faust app: ")]
+    assert len(lines) == 1 and f"rejects the credentials of user {USER}" in lines[0], output
+    assert_no_secret(output)
+
+
 def test_actions_worker_acts_over_sasl_and_redis_auth(
     secure: PrivateStack, unique: str, tmp_path: Path
 ) -> None:

@@ -34,3 +34,23 @@ def test_pure_package_imports_no_transport(package: str) -> None:
 def test_topology_imports_nothing_of_the_layers_above() -> None:
     for path in sorted((REPO / "topology").rglob("*.py")):
         assert not imported_roots(path) & {"producers", "streams", "actions", "c4"}, path
+
+
+# Each layer and what it may import of the project: only what is below it. The command
+# line (c4) sits on top and wires the others; `faust -A c4.faust_app` is an entry point of
+# that top layer, so no layer below needs to import upward to be started.
+LAYERS: dict[str, set[str]] = {
+    "schemas": set(),
+    "topology": {"schemas"},
+    "producers": {"schemas", "topology"},
+    "streams": {"schemas", "topology"},
+    "actions": {"schemas", "topology"},
+}
+PROJECT = {*LAYERS, "c4"}
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_no_layer_imports_a_layer_above_it(layer: str) -> None:
+    for path in sorted((REPO / layer).rglob("*.py")):
+        above = (imported_roots(path) & PROJECT) - LAYERS[layer] - {layer}
+        assert not above, f"{path.relative_to(REPO)} imports {sorted(above)}"

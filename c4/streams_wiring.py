@@ -1,0 +1,118 @@
+"""The streams worker built from settings, in one place: for `c4 streams worker` and for
+Faust's own command line (``faust -A c4.faust_app worker``) alike.
+
+Both get the same Kafka access check, SASL/TLS credentials, data folder, session timeout,
+detector parameters and topology; only where the options come from differs (arguments, or
+``C4_STREAMS_*`` variables).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from c4 import C4Error
+
+if TYPE_CHECKING:
+    from c4.settings import Settings
+    from streams.detection_app import DetectionWorker
+
+DEFAULT_APP_ID = "c4-streams"
+DEFAULT_SESSION_TIMEOUT_S = 60.0
+DEFAULT_METRICS_PORT = 9464
+
+
+class StreamsOptionsError(C4Error):
+    """A ``C4_STREAMS_*`` variable is unusable."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamsOptions:
+    """What a streams worker is told beyond the shared ``C4_*`` settings."""
+
+    app_id: str = DEFAULT_APP_ID
+    topology: str | None = None
+    params: str | None = None
+    clock_rate: float = 1.0
+    snapshot_interval_s: float = 1.0
+    session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
+    web_port: int | None = None
+    web_bind: str = "127.0.0.1"
+    metrics_port: int = DEFAULT_METRICS_PORT
+
+
+def faust_broker_url(bootstrap: str) -> str:
+    """Faust's broker URL for a librdkafka-style bootstrap list (``h1:9092,h2:9092``)."""
+    hosts = [host.strip() for host in bootstrap.split(",") if host.strip()]
+    return "kafka://" + ";".join(hosts)
+
+
+def options_from_env(environ: Mapping[str, str]) -> StreamsOptions:
+    """The options of ``faust -A c4.faust_app``: ``C4_STREAMS_APP_ID``, ``_TOPOLOGY``,
+    ``_PARAMS``, ``_CLOCK_RATE``, ``_SNAPSHOT_INTERVAL``, ``_SESSION_TIMEOUT`` and
+    ``_METRICS_PORT`` (0: off); Faust's own options set its web server."""
+
+    def number(name: str, default: float, low: float, high: float) -> float:
+        text = environ.get(name)
+        if text is None or text == "":
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not low <= value <= high:
+            message = f"{name}: expected a number from {low:g} to {high:g}, got {text!r}"
+            raise StreamsOptionsError(message)
+        return value
+
+    return StreamsOptions(
+        app_id=environ.get("C4_STREAMS_APP_ID") or DEFAULT_APP_ID,
+        topology=environ.get("C4_STREAMS_TOPOLOGY") or None,
+        params=environ.get("C4_STREAMS_PARAMS") or None,
+        clock_rate=number("C4_STREAMS_CLOCK_RATE", 1.0, 1e-6, 1e6),
+        snapshot_interval_s=number("C4_STREAMS_SNAPSHOT_INTERVAL", 1.0, 0.01, 3600),
+        session_timeout_s=number("C4_STREAMS_SESSION_TIMEOUT", DEFAULT_SESSION_TIMEOUT_S, 6, 1800),
+        metrics_port=int(number("C4_STREAMS_METRICS_PORT", DEFAULT_METRICS_PORT, 0, 65535)),
+    )
+
+
+def build_streams_worker(settings: Settings, options: StreamsOptions) -> DetectionWorker:
+    """The detection worker: Kafka checked and credentials applied, state folder, params."""
+    # Imported here: Faust is heavy and only the streams worker needs it.
+    from c4.diagnose_cmd import load_params
+    from c4.inputs import load_document
+    from c4.security import check_kafka_access, faust_credentials
+    from schemas.files import Topology
+    from schemas.topics import ALL_TOPICS
+    from streams.core.params import DetectorParams
+    from streams.detection_app import DetectionConfig, create_detection_app
+
+    topology = load_document(options.topology, "topology", Topology) if options.topology else None
+    params, job_params = load_params(options.params) if options.params else (DetectorParams(), {})
+    # Wrong credentials or protocol: one line now, rather than Faust retrying forever.
+    check_kafka_access(settings, timeout_s=5.0, require_answer=False)
+    credentials = faust_credentials(settings)
+    app_settings: dict[str, object] = {
+        # Faust keeps a small folder per app (its table metadata); not in the current folder.
+        "datadir": str(settings.stack_dir / "faust" / options.app_id),
+        # A killed worker's partitions wait this long before the group hands them on.
+        "broker_session_timeout": options.session_timeout_s,
+    }
+    if credentials is not None:
+        app_settings["broker_credentials"] = credentials
+    config = DetectionConfig(
+        app_id=options.app_id,
+        broker=faust_broker_url(settings.kafka_bootstrap),
+        partitions=settings.topic_partitions,
+        topic_names={topic.kind: settings.topic_prefix + topic.name for topic in ALL_TOPICS},
+        params=params,
+        job_params=job_params,
+        topology=topology,
+        clock_rate=options.clock_rate,
+        snapshot_interval_s=options.snapshot_interval_s,
+        web_port=options.web_port,
+        web_bind=options.web_bind,
+        app_settings=app_settings,
+    )
+    return create_detection_app(config)
