@@ -18,7 +18,7 @@ from schemas.codec import Rejection, decode, encode
 from schemas.files import Topology
 from schemas.messages import Job
 from streams.core.engine import Engine
-from streams.core.params import DetectorParams, ParamsError
+from streams.core.params import DetectorParams, ParamsError, params_from_document
 from streams.replay import ReplayStats, replay
 
 if TYPE_CHECKING:
@@ -33,20 +33,12 @@ class DiagnoseError(C4Error):
 
 
 def load_params(path: str) -> tuple[DetectorParams, dict[str, dict[str, Any]]]:
-    """``{"defaults": {...}, "jobs": {"job-1": {...}}}``: parameters, overall and per job."""
+    """The detector parameters file (`streams.core.params.params_from_document`), or why not."""
     try:
-        document = orjson.loads(read_input(path))
-        if not isinstance(document, dict):
-            message = "expected a JSON object"
-            raise TypeError(message)
-        params = DetectorParams().with_overrides(dict(document.get("defaults", {})))
-        jobs = {str(job): dict(values) for job, values in dict(document.get("jobs", {})).items()}
-        for values in jobs.values():
-            params.with_overrides(values)
-    except (orjson.JSONDecodeError, TypeError, ValueError, ParamsError) as error:
+        return params_from_document(orjson.loads(read_input(path)))
+    except (orjson.JSONDecodeError, ParamsError, OverflowError) as error:
         message = f"{path}: {error}"
         raise DiagnoseError(message) from error
-    return params, jobs
 
 
 @contextmanager

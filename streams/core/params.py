@@ -79,3 +79,28 @@ class DetectorParams:
         if median_op_ns is None:
             return self.hang_min_ns
         return max(self.hang_min_ns, int(self.hang_factor * median_op_ns))
+
+
+def params_from_document(
+    document: Any,
+) -> tuple[DetectorParams, dict[str, dict[str, Any]]]:
+    """``{"defaults": {...}, "jobs": {"job-1": {...}}}``: parameters, overall and per job.
+
+    `ParamsError` names what is wrong (the document's shape, or the first bad override).
+    """
+    if not isinstance(document, dict):
+        message = "expected a JSON object"
+        raise ParamsError(message)
+    defaults, jobs = document.get("defaults", {}), document.get("jobs", {})
+    if not isinstance(defaults, dict) or not isinstance(jobs, dict):
+        message = '"defaults" and "jobs" must be JSON objects'
+        raise ParamsError(message)
+    params = DetectorParams().with_overrides(dict(defaults))
+    per_job: dict[str, dict[str, Any]] = {}
+    for job, values in jobs.items():
+        if not isinstance(values, dict):
+            message = f"jobs.{job}: expected a JSON object"
+            raise ParamsError(message)
+        params.with_overrides(values)  # checked now, applied per job
+        per_job[str(job)] = dict(values)
+    return params, per_job
