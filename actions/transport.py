@@ -17,8 +17,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from actions import ActionsError
 from schemas.base import C4Model
-from schemas.codec import encode, key_of
-from schemas.topics import TOPICS_BY_KIND
+from schemas.edge import PRODUCER_SETTINGS, produce_waiting, record_of
+from schemas.topics import TopicNames
 
 log = logging.getLogger("c4.actions")
 
@@ -40,32 +40,22 @@ class Outbox:
             {
                 **client_config,
                 "log_level": 3,  # errors only: outages are reported once
-                "enable.idempotence": True,
-                "compression.type": "lz4",
+                **PRODUCER_SETTINGS,
                 "linger.ms": 5,
-                "partitioner": "murmur2_random",
             }
         )
-        self._prefix = topic_prefix
+        self._names = TopicNames(topic_prefix)
         self._stop = stop or threading.Event()
         self._failed: list[str] = []
 
     def topic(self, kind: str) -> str:
         """The (prefixed) topic of a message kind."""
-        return self._prefix + TOPICS_BY_KIND[kind].name
+        return self._names.of_kind(kind)
 
     def publish(self, message: C4Model, key: str | None = None) -> None:
         """Queue one v1 message on its topic, keyed by the contract's rule unless given."""
-        topic = self.topic(str(getattr(message, "kind", "")))
-        value = encode(message)
-        raw_key = (key if key is not None else key_of(message)).encode()
-        while True:
-            try:
-                self._producer.produce(topic, value=value, key=raw_key, on_delivery=self._report)
-                break
-            except BufferError:
-                self._producer.poll(0.1)
-        self._producer.poll(0)
+        topic, raw_key, value = record_of(message, self._names, key)
+        produce_waiting(self._producer, topic, value, raw_key, self._report)
 
     def _report(self, error: KafkaError | None, record: Message) -> None:
         if error is not None:

@@ -38,7 +38,7 @@ from actions.state.store import RedisState
 from actions.transport import KafkaTransport, TransportUnavailable
 from schemas.codec import Rejection, dead_letter, decode
 from schemas.messages import Deadletter, Diagnosis, Job
-from schemas.topics import DIAGNOSIS, JOB
+from schemas.topics import DIAGNOSIS, JOB, TopicNames
 
 log = logging.getLogger("c4.actions")
 
@@ -70,7 +70,8 @@ class Topics:
     @classmethod
     def with_prefix(cls, prefix: str) -> Topics:
         """The v1 topic names under a prefix."""
-        return cls(prefix + DIAGNOSIS.name, prefix + JOB.name)
+        names = TopicNames(prefix)
+        return cls(names.of(DIAGNOSIS), names.of(JOB))
 
 
 # The actions this worker can take (contract v1 action names).

@@ -84,7 +84,7 @@ def build_streams_worker(settings: Settings, options: StreamsOptions) -> Detecti
     from c4.inputs import load_document
     from c4.security import check_kafka_access, faust_credentials
     from schemas.files import Topology
-    from schemas.topics import ALL_TOPICS
+    from schemas.topics import TopicNames
     from streams.core.params import DetectorParams
     from streams.detection_app import DetectionConfig, create_detection_app
 
@@ -105,7 +105,7 @@ def build_streams_worker(settings: Settings, options: StreamsOptions) -> Detecti
         app_id=options.app_id,
         broker=faust_broker_url(settings.kafka_bootstrap),
         partitions=settings.topic_partitions,
-        topic_names={topic.kind: settings.topic_prefix + topic.name for topic in ALL_TOPICS},
+        topic_names=TopicNames(settings.topic_prefix).by_kind(),
         params=params,
         job_params=job_params,
         topology=topology,

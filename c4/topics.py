@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from c4 import C4Error
-from schemas.topics import ALL_TOPICS, TOPICS_BY_NAME, Topic
+from schemas.topics import ALL_TOPICS, TOPICS_BY_NAME, Topic, TopicNames
 
 if TYPE_CHECKING:
     from c4.settings import Settings
@@ -58,7 +58,8 @@ def create_topics(
         message = f"retention.ms must be -1 (forever) or more (got {retention})"
         raise TopicError(message)
     # dict.fromkeys: keeps the order, drops a name given twice (the admin API rejects those).
-    names = list(dict.fromkeys(settings.topic_prefix + topic.name for topic in topics))
+    here = TopicNames(settings.topic_prefix)
+    names = list(dict.fromkeys(here.of(topic) for topic in topics))
     if not names:
         return []
     admin = _admin(settings)
@@ -120,13 +121,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             print(f"{name} {outcome}")
         return 0
     present = dict(list_topics(settings))
-    prefix = settings.topic_prefix
+    here = TopicNames(settings.topic_prefix)
     for name, count in present.items():
-        marker = " (v1)" if name.removeprefix(prefix) in TOPICS_BY_NAME else ""
+        marker = " (v1)" if name.removeprefix(here.prefix) in TOPICS_BY_NAME else ""
         print(f"{name} {count} partitions{marker}")
     for topic in ALL_TOPICS:
-        if prefix + topic.name not in present:
-            print(f"{prefix + topic.name} missing (run: c4 topics create)")
+        if here.of(topic) not in present:
+            print(f"{here.of(topic)} missing (run: c4 topics create)")
     return 0
 
 

@@ -26,8 +26,9 @@ from producers import ProducerError
 from producers.spool import DiskSpool, Record
 from schemas.base import C4Model
 from schemas.codec import encode, key_of
+from schemas.edge import PRODUCER_SETTINGS, produce_waiting
 from schemas.messages import Collective, Collectives
-from schemas.topics import TOPICS_BY_KIND
+from schemas.topics import TopicNames
 
 NS_PER_S = 1_000_000_000
 
@@ -84,17 +85,15 @@ class Publisher:
     ) -> None:
         config = {
             **client_config,
-            "enable.idempotence": True,
-            "compression.type": "lz4",
+            **PRODUCER_SETTINGS,
             "linger.ms": 20,
             "batch.num.messages": 10_000,
-            "partitioner": "murmur2_random",
         }
         if spool is not None:
             # What librdkafka holds is never timed out: it is delivered, in order, first.
             config |= {"message.timeout.ms": 0, "error_cb": self._client_error}
         self._producer = Producer(config)
-        self._prefix = topic_prefix
+        self._names = TopicNames(topic_prefix)
         self._spool = spool
         self._stall_s = stall_s
         self._monotonic = monotonic
@@ -113,11 +112,11 @@ class Publisher:
     def topic_of(self, message: C4Model) -> str:
         """The topic a message goes to."""
         kind = str(getattr(message, "kind", ""))
-        topic = TOPICS_BY_KIND.get(kind)
-        if topic is None:
+        try:
+            return self._names.of_kind(kind)
+        except KeyError:
             error = f"kind {kind!r} has no topic"
-            raise PublishError(error)
-        return self._prefix + topic.name
+            raise PublishError(error) from None
 
     def publish(self, message: C4Model) -> None:
         """Queue one message (to librdkafka, or to the spool while the broker is away)."""
@@ -136,15 +135,7 @@ class Publisher:
     def _produce(self, record: Record) -> None:
         if len(self._producer) == 0:
             self._progress_at = self._monotonic()
-        while True:
-            try:
-                self._producer.produce(
-                    record.topic, value=record.value, key=record.key, on_delivery=self._delivered
-                )
-                break
-            except BufferError:
-                self._producer.poll(0.1)
-        self._producer.poll(0)
+        produce_waiting(self._producer, record.topic, record.value, record.key, self._delivered)
 
     def service(self) -> None:
         """Serve delivery reports; notice an outage or its end; replay the spool when up."""

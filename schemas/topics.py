@@ -61,3 +61,25 @@ TOPICS_BY_NAME: dict[str, Topic] = {topic.name: topic for topic in ALL_TOPICS}
 TOPICS_BY_KIND: dict[str, Topic] = {kind: topic for topic in ALL_TOPICS for kind in topic.kinds}
 
 FABRIC_KEY = "fabric"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicNames:
+    """The v1 topic names as one deployment spells them: each under ``prefix``.
+
+    The one place a topic prefix (``C4_TOPIC_PREFIX``, e.g. ``staging.``) is put on a name.
+    """
+
+    prefix: str = ""
+
+    def of(self, topic: Topic) -> str:
+        """A topic's name here."""
+        return self.prefix + topic.name
+
+    def of_kind(self, kind: str) -> str:
+        """The name of the topic a message kind goes to; KeyError for a kind with none."""
+        return self.prefix + TOPICS_BY_KIND[kind].name
+
+    def by_kind(self) -> dict[str, str]:
+        """Every topic's name here, by its kind (what the Faust apps take)."""
+        return {topic.kind: self.prefix + topic.name for topic in ALL_TOPICS}

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError
 from c4.dashboard.model import FeedView
 from schemas.codec import decode
 from schemas.messages import Action, Diagnosis, Job, Route
-from schemas.topics import ACTION, DIAGNOSIS, JOB, ROUTE
+from schemas.topics import ACTION, DIAGNOSIS, JOB, ROUTE, TopicNames
 
 # librdkafka's own log lines (a broker restarting: a connect failure every 50 ms) would
 # drown the demo's output; the feed reports its errors from the records it consumes.
@@ -47,7 +47,8 @@ class Feed:
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
         }
-        self._topics = [topic_prefix + t.name for t in (DIAGNOSIS, ACTION, ROUTE, JOB)]
+        names = TopicNames(topic_prefix)
+        self._topics = [names.of(topic) for topic in (DIAGNOSIS, ACTION, ROUTE, JOB)]
         self._kept = _Kept()
         self._lock = threading.Lock()
         self._stop = threading.Event()
