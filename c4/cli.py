@@ -46,6 +46,13 @@ def one_line(text: str) -> str:
     )
 
 
+def setting_problem(error: ValidationError) -> str:
+    """The first problem of the settings (``C4_*``), as one line: ``setting <field>: why``."""
+    first = error.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"setting {where}: {one_line(first['msg'])}"
+
+
 class OneLineErrorParser(argparse.ArgumentParser):
     """An argument parser whose error line never breaks, whatever argv holds."""
 
@@ -92,9 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(kafka_bootstrap=args.bootstrap, redis_url=args.redis_url)
     except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"])
-        print(f"c4: error: setting {where}: {one_line(first['msg'])}", file=sys.stderr)
+        print(f"c4: error: {setting_problem(error)}", file=sys.stderr)
         return 2
     install_secret_redaction(settings_secrets(settings))
     try:

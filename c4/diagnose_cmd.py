@@ -8,17 +8,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import orjson
-
-from c4 import C4Error
-from c4.inputs import load_document, read_input
+from c4.inputs import load_document, load_params, read_input
 from schemas.codec import Rejection, decode, encode
 from schemas.files import Topology
 from schemas.messages import Job
 from streams.core.engine import Engine
-from streams.core.params import DetectorParams, ParamsError, params_from_document
+from streams.core.params import DetectorParams
 from streams.replay import ReplayStats, replay
 
 if TYPE_CHECKING:
@@ -26,19 +23,6 @@ if TYPE_CHECKING:
 
 
 REPLAY_GC_THRESHOLD = 50_000
-
-
-class DiagnoseError(C4Error):
-    """An input file of `c4 diagnose` is unusable."""
-
-
-def load_params(path: str) -> tuple[DetectorParams, dict[str, dict[str, Any]]]:
-    """The detector parameters file (`streams.core.params.params_from_document`), or why not."""
-    try:
-        return params_from_document(orjson.loads(read_input(path)))
-    except (orjson.JSONDecodeError, ParamsError, OverflowError) as error:
-        message = f"{path}: {error}"
-        raise DiagnoseError(message) from error
 
 
 @contextmanager

@@ -16,7 +16,7 @@ import sys
 from pydantic import ValidationError
 
 from c4 import C4Error
-from c4.cli import one_line
+from c4.cli import one_line, setting_problem
 from c4.security import install_secret_redaction, settings_secrets
 from c4.settings import load_settings
 from c4.streams_wiring import build_streams_worker, options_from_env
@@ -27,9 +27,7 @@ try:
     _options = options_from_env(os.environ)
     worker = build_streams_worker(_settings, _options)
 except ValidationError as error:
-    first = error.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in first["loc"])
-    print(f"c4 faust app: setting {where}: {one_line(first['msg'])}", file=sys.stderr)
+    print(f"c4 faust app: {setting_problem(error)}", file=sys.stderr)
     raise SystemExit(2) from None
 except (C4Error, OSError) as error:
     print(f"c4 faust app: {one_line(str(error))}", file=sys.stderr)

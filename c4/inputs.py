@@ -7,13 +7,14 @@ for Kafka messages, and the topology of a large cluster is a file of several MiB
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
 from c4 import C4Error
 from schemas.base import C4Model
 from schemas.codec import Rejection, decode_object
+from streams.core.params import DetectorParams, ParamsError, params_from_document
 
 Model = TypeVar("Model", bound=C4Model)
 
@@ -50,3 +51,13 @@ def load_document(path: str, kind: str, model: type[Model]) -> Model:
         message = f"{path}: not a {kind} file"
         raise InputError(message)
     return result
+
+
+def load_params(path: str) -> tuple[DetectorParams, dict[str, dict[str, Any]]]:
+    """A detector parameters file (`streams.core.params.params_from_document`), or an
+    `InputError` naming what is wrong."""
+    try:
+        return params_from_document(orjson.loads(read_input(path)))
+    except (orjson.JSONDecodeError, ParamsError, OverflowError) as error:
+        message = f"{path}: {error}"
+        raise InputError(message) from error

@@ -80,8 +80,7 @@ def options_from_env(environ: Mapping[str, str]) -> StreamsOptions:
 def build_streams_worker(settings: Settings, options: StreamsOptions) -> DetectionWorker:
     """The detection worker: Kafka checked and credentials applied, state folder, params."""
     # Imported here: Faust is heavy and only the streams worker needs it.
-    from c4.diagnose_cmd import load_params
-    from c4.inputs import load_document
+    from c4.inputs import load_document, load_params
     from c4.security import check_kafka_access, faust_credentials
     from schemas.files import Topology
     from schemas.topics import TopicNames

@@ -172,6 +172,11 @@ class Collective(C4Model):
         return self
 
 
+def not_the_batch_job(job: str, batch_job: str) -> str:
+    """Why a message cannot be in a batch of another job (its key: the batch's job)."""
+    return f"{job!r} is not the batch's job {batch_job!r}"
+
+
 # A batch carries one node's messages of one job for one interval: 8 GPUs x a few tens of
 # communicators in practice; the bound keeps one record well under Kafka's 1 MiB default.
 MAX_BATCH_MESSAGES = 4096
@@ -200,9 +205,7 @@ class Collectives(C4Model):
     def _check_jobs(self) -> Self:
         for index, message in enumerate(self.messages):
             if message.job != self.job:
-                broken_rule(
-                    f"messages[{index}].job", f"{message.job!r} is not the batch's job {self.job!r}"
-                )
+                broken_rule(f"messages[{index}].job", not_the_batch_job(message.job, self.job))
         return self
 
 

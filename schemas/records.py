@@ -23,7 +23,7 @@ from schemas.codec import (
     decode_object,
 )
 from schemas.fastpath import decode_hot_batch
-from schemas.messages import MAX_BATCH_MESSAGES, Collective
+from schemas.messages import MAX_BATCH_MESSAGES, Collective, not_the_batch_job
 from schemas.topics import TOPICS_BY_KIND
 
 BATCH_KIND = "collectives"
@@ -91,22 +91,17 @@ def _batch(obj: dict[str, Any], raw: bytes) -> list[C4Model | Rejected]:
     if isinstance(envelope, Rejection):
         return [Rejected(envelope, raw)]
     if not isinstance(elements, list) or len(elements) > MAX_BATCH_MESSAGES:
-        # Not an array, or too long: the model says which, in the contract's words.
+        # Not an array, or too long: the model says which, in the contract's words (it
+        # cannot accept such a batch: its field is a bounded array).
         whole = decode_object(obj, BATCH_KIND)
-        if isinstance(whole, Rejection):
-            return [Rejected(whole, raw)]
-        elements = list(whole.messages) if hasattr(whole, "messages") else []
+        assert isinstance(whole, Rejection)  # noqa: S101
+        return [Rejected(whole, raw)]
     job = obj["job"]
     found: list[C4Model | Rejected] = []
     for index, element in enumerate(elements):
-        if isinstance(element, C4Model):
-            found.append(element)
-            continue
         result = decode_object(element, ELEMENT_KIND)
         if isinstance(result, Collective) and result.job != job:
-            result = Rejection(
-                RejectCode.INCONSISTENT, "job", f"{result.job!r} is not the batch's job {job!r}"
-            )
+            result = Rejection(RejectCode.INCONSISTENT, "job", not_the_batch_job(result.job, job))
         if isinstance(result, Rejection):
             path = f"messages[{index}].{result.path}" if result.path else f"messages[{index}]"
             located = Rejection(result.code, path, result.detail)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 from unittest.mock import patch
 
@@ -21,7 +20,7 @@ from streams.core.engine import Engine
 from streams.core.params import DetectorParams
 from tests.contract import contract_examples
 from tests.unit.test_codec_properties import collectives
-from tests.unit.test_fastpath import NEAR_MISSES, _places, pairs, tricky
+from tests.unit.test_fastpath import mutated, near_misses_of, pairs
 
 Outcome = tuple[str, Any]
 
@@ -65,22 +64,7 @@ def batches(draw: st.DrawFn) -> dict[str, Any]:
 @st.composite
 def broken_batches(draw: st.DrawFn) -> dict[str, Any]:
     """A valid batch with one to three places replaced, removed or added."""
-    batch = draw(batches())
-    for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(_places(batch)))
-        parent: Any = batch
-        for step in path[:-1]:
-            parent = parent[step]
-        value = copy.deepcopy(draw(tricky))
-        action = draw(st.sampled_from(["replace", "remove", "add"]))
-        if action == "replace" or (action == "remove" and isinstance(parent, list)):
-            parent[path[-1]] = value
-        elif action == "remove":
-            del parent[path[-1]]
-        elif isinstance(parent, list):
-            parent.append(value)
-        else:
-            parent["extra"] = value
+    batch: dict[str, Any] = mutated(draw, draw(batches()), ["extra"])
     return batch
 
 
@@ -182,15 +166,8 @@ def test_what_each_reader_kind_takes() -> None:
 
 
 def test_near_misses_in_every_place_of_the_example_batch() -> None:
-    example = contract_examples()["collectives"]
-    for path in _places(example):
-        for value in NEAR_MISSES:
-            obj = copy.deepcopy(example)
-            parent: Any = obj
-            for step in path[:-1]:
-                parent = parent[step]
-            parent[path[-1]] = value
-            assert_agree(obj, "collective")
+    for obj in near_misses_of(contract_examples()["collectives"]):
+        assert_agree(obj, "collective")
 
 
 def test_the_engine_takes_a_batch_model_as_its_messages() -> None:

@@ -47,13 +47,12 @@ def unpacked(messages: list[C4Model]) -> list[C4Model]:
 
 
 def test_a_round_is_packed_per_job_in_place_and_in_order() -> None:
-    link = Collectives
     other = decode_record(orjson.dumps(contract_examples()["link"]))[0]
     round_ = [collective("a", 0), collective("b", 0), other, collective("a", 1)]
     packed = pack_round(round_, node="node-001")
     assert [type(m).__name__ for m in packed] == ["Collectives", "Collectives", "Link"]
     first, second = packed[0], packed[1]
-    assert isinstance(first, link) and isinstance(second, link)
+    assert isinstance(first, Collectives) and isinstance(second, Collectives)
     assert [m.rank for m in first.messages] == [0, 1] and first.job == "a"
     assert first.node == "node-001" and second.job == "b"
     assert sorted(map(encode, unpacked(packed))) == sorted(map(encode, round_))
