@@ -7,6 +7,7 @@ COPY producers producers
 COPY streams streams
 COPY actions actions
 COPY topology topology
+COPY simulator simulator
 RUN pip install --no-cache-dir . && mkdir -p /var/lib/c4 && chown nobody /var/lib/c4
 # Faust keeps its tables' data folder in the working directory: a writable one.
 WORKDIR /var/lib/c4

@@ -17,17 +17,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from producers.simulator import generate_suite, ground_truth  # noqa: E402
-from producers.simulator.cluster import build_cluster  # noqa: E402
-from producers.simulator.run import simulate_cluster  # noqa: E402
-from producers.simulator.scenario import Scenario  # noqa: E402
-from producers.simulator.scoring import (  # noqa: E402
+from schemas.messages import Diagnosis  # noqa: E402
+from simulator import generate_suite, ground_truth  # noqa: E402
+from simulator.cluster import build_cluster  # noqa: E402
+from simulator.run import simulate_cluster  # noqa: E402
+from simulator.scenario import Scenario  # noqa: E402
+from simulator.scoring import (  # noqa: E402
     SuiteSummary,
     format_table,
     score_case,
 )
-from producers.simulator.truth import Truth  # noqa: E402
-from schemas.messages import Diagnosis  # noqa: E402
+from simulator.truth import Truth  # noqa: E402
 from streams.core.engine import Engine  # noqa: E402
 
 MIN_PRECISION = 0.99

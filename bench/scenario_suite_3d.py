@@ -2,7 +2,7 @@
 
     python bench/scenario_suite_3d.py [--cases 300] [--seed 1] [--max-nodes 16] [--workers 2]
 
-Simulates every case (producers.simulator.suite3d), replays it through a fresh engine as
+Simulates every case (simulator.suite3d), replays it through a fresh engine as
 `c4 diagnose` does and scores it as `c4 score` does: per fault kind recall at top-1 suspect
 and detection latency (event time from onset), per diagnosis class precision, per healthy
 trap the findings. Targets: recall >= 0.95 for every kind, precision >= 0.99, no finding on
@@ -23,8 +23,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.scenario_suite import run_case  # noqa: E402
-from producers.simulator.scoring import format_table, score_case  # noqa: E402
-from producers.simulator.suite3d import Case, generate_3d_suite  # noqa: E402
+from simulator.scoring import format_table, score_case  # noqa: E402
+from simulator.suite3d import Case, generate_3d_suite  # noqa: E402
 
 MIN_PRECISION = 0.99
 MIN_RECALL = 0.95

@@ -9,10 +9,10 @@ import orjson
 
 from c4 import C4Error
 from c4.inputs import read_input
-from producers.simulator.scoring import score_case
-from producers.simulator.truth import Truth
 from schemas.codec import Rejection, decode
 from schemas.messages import Diagnosis
+from simulator.scoring import score_case
+from simulator.truth import Truth
 
 if TYPE_CHECKING:
     from c4.settings import Settings

@@ -15,12 +15,12 @@ import orjson
 from c4 import C4Error
 from c4.inputs import load_document, read_input
 from producers.batching import pack_stream
-from producers.simulator import Scenario, ScenarioError, ground_truth, parse_scenario
-from producers.simulator.cluster import Cluster, build_cluster
-from producers.simulator.run import simulate_cluster
 from schemas.base import C4Model
 from schemas.codec import encode
 from schemas.files import Topology
+from simulator import Scenario, ScenarioError, ground_truth, parse_scenario
+from simulator.cluster import Cluster, build_cluster
+from simulator.run import simulate_cluster
 
 if TYPE_CHECKING:
     from c4.settings import Settings

@@ -18,10 +18,10 @@ from actions.planner.reroute import CurrentPlan
 from c4.settings import Settings
 from producers.handoff import FolderSink
 from producers.publisher import Publisher
-from producers.simulator.cluster import Cluster
-from producers.simulator.run import simulate_cluster
-from producers.simulator.scenario import PathChange, Scenario
 from schemas.base import C4Model
+from simulator.cluster import Cluster
+from simulator.run import simulate_cluster
+from simulator.scenario import PathChange, Scenario
 
 NS_PER_S = 1_000_000_000
 PLAN_CHECK_S = 0.5

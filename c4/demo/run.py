@@ -53,12 +53,12 @@ from c4.settings import Settings
 from c4.simulate_cmd import place
 from c4.stack import stack_down, stack_up
 from c4.topics import create_topics
-from producers.simulator import Scenario, ScenarioError, ground_truth, parse_scenario
-from producers.simulator.cluster import Cluster
-from producers.simulator.run import job_message
-from producers.simulator.truth import Truth
 from schemas.codec import encode
 from schemas.files import Plan, PlanPath, Topology
+from simulator import Scenario, ScenarioError, ground_truth, parse_scenario
+from simulator.cluster import Cluster
+from simulator.run import job_message
+from simulator.truth import Truth
 from topology.generate import Shape, ShapeError, generate
 from topology.model import Fabric
 

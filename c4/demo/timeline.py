@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from producers.simulator.scoring import matches
-from producers.simulator.truth import Truth
 from schemas.messages import Action, Diagnosis
+from simulator.scoring import matches
+from simulator.truth import Truth
 
 CHANGING = frozenset({"isolate", "restart", "reroute"})
 NS_PER_S = 1_000_000_000

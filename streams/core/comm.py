@@ -224,9 +224,7 @@ class CommTracker:
             seq
             for seq, state in self.pending.items()
             if seq < entered_upto
-            and (
-                state.enter[rank] == NOT_YET or (seq < ended_upto and state.end[rank] == NOT_YET)
-            )
+            and (state.enter[rank] == NOT_YET or (seq < ended_upto and state.end[rank] == NOT_YET))
         ]
         for seq in sorted(holes):  # usually none: the rank reported every earlier one
             state = self.pending[seq]

@@ -105,9 +105,7 @@ class JobDetector:
             str, tuple[tuple[Any, ...], tuple[tuple[SuspectScore, ...], list[SlowPath]]]
         ] = {}
         self._placement_version = 0
-        self._ports_by_comm: dict[
-            str, tuple[tuple[int, int], CommTracker, list[str | None]]
-        ] = {}
+        self._ports_by_comm: dict[str, tuple[tuple[int, int], CommTracker, list[str | None]]] = {}
 
     # --- input -----------------------------------------------------------------------
     def on_collective(self, message: Collective) -> None:
@@ -373,11 +371,7 @@ class JobDetector:
         if dead:
             return tuple(SuspectScore("port", p, 0.95) for p in dead[:4])
         # Which connection stopped moving bytes: the ranks whose latest samples carry none.
-        idle = Counter(
-            ports[s.rank]
-            for s in tracker.recent_conns(intervals=1)
-            if s.nbytes == 0
-        )
+        idle = Counter(ports[s.rank] for s in tracker.recent_conns(intervals=1) if s.nbytes == 0)
         idle.pop(None, None)
         if idle:
             return tuple(SuspectScore("port", str(p), 0.6) for p, _ in idle.most_common(2))

@@ -13,12 +13,12 @@ import orjson
 from confluent_kafka import Consumer, Producer
 
 from producers.publisher import paced
-from producers.simulator import scenario_from
-from producers.simulator.cluster import Cluster, build_cluster
-from producers.simulator.run import simulate_cluster
 from schemas.base import C4Model
 from schemas.codec import decode, encode, key_of
 from schemas.messages import Diagnosis
+from simulator import scenario_from
+from simulator.cluster import Cluster, build_cluster
+from simulator.run import simulate_cluster
 from streams.core.engine import Engine
 from tests.integration.workers import create_topics
 

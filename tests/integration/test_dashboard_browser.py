@@ -46,8 +46,15 @@ def test_page_shows_isolated_node_and_open_finding(
     state.load_topology(generate(Shape(nodes=8, spines=2, nics=8, planes=2)))
     now = time.time_ns()
     moved = state.transition(
-        "node", "node-003", "isolated", action="isolate", reason="test: straggler",
-        ts_ns=now, now_ms=now // 1_000_000, actor="test", diagnosis="d-1",
+        "node",
+        "node-003",
+        "isolated",
+        action="isolate",
+        reason="test: straggler",
+        ts_ns=now,
+        now_ms=now // 1_000_000,
+        actor="test",
+        diagnosis="d-1",
         allowed_from=("healthy",),
     )
     assert moved.outcome == "ok"
@@ -55,15 +62,28 @@ def test_page_shows_isolated_node_and_open_finding(
     throughput = [[r, (r + 1) % 16, 60.0 if r == 5 else 190.0] for r in range(16)]
     finding = Diagnosis.model_validate(
         {
-            "v": 1, "kind": "diagnosis", "id": "d-1", "job": "job-t", "state": "firing",
-            "class": "comm_slow", "onset_ns": now - 5_000_000_000, "ts_ns": now,
+            "v": 1,
+            "kind": "diagnosis",
+            "id": "d-1",
+            "job": "job-t",
+            "state": "firing",
+            "class": "comm_slow",
+            "onset_ns": now - 5_000_000_000,
+            "ts_ns": now,
             "suspects": [Suspect(type="port", id="node-003/mlx5_5:1", score=0.9)],
             "evidence": {"comm": "c1", "slowdown": 2.1, "throughput": throughput},
         }
     )
     isolated = Action(
-        v=1, kind="action", id="a-1", diagnosis="d-1", ts_ns=now, action="isolate",
-        target="node-003", status="done", detail={"kind": "node"},
+        v=1,
+        kind="action",
+        id="a-1",
+        diagnosis="d-1",
+        ts_ns=now,
+        action="isolate",
+        target="node-003",
+        status="done",
+        detail={"kind": "node"},
     )
     publisher = Publisher({"bootstrap.servers": kafka_bootstrap}, prefix)
     publisher.publish(finding)

@@ -24,8 +24,13 @@ SCENARIO = {
     ],
     "faults": [
         {"type": "process_stuck", "job": "job-b", "rank": 9, "at_s": 8},
-        {"type": "port_degraded", "node": "node-001", "port": "mlx5_2:1", "factor": 0.5,
-         "at_s": 14},
+        {
+            "type": "port_degraded",
+            "node": "node-001",
+            "port": "mlx5_2:1",
+            "factor": 0.5,
+            "at_s": 14,
+        },
     ],
 }
 
@@ -35,9 +40,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(
-        f"/proc/{pid}/status"
-    ).read_text()
+    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
 
 
 def test_demo_diagnoses_and_acts_on_every_fault(
@@ -55,8 +58,19 @@ def test_demo_diagnoses_and_acts_on_every_fault(
     )
     done = subprocess.run(
         [
-            sys.executable, "-m", "c4.cli", "demo", "--scenario", str(scenario),
-            "--nodes", "8", "--spines", "2", "--report", str(report), "--no-dashboard",
+            sys.executable,
+            "-m",
+            "c4.cli",
+            "demo",
+            "--scenario",
+            str(scenario),
+            "--nodes",
+            "8",
+            "--spines",
+            "2",
+            "--report",
+            str(report),
+            "--no-dashboard",
         ],
         env=env,
         capture_output=True,

@@ -81,4 +81,3 @@ def test_bad_contents_and_a_dead_redis_are_one_line_errors(
         dead.current()
     assert "\n" not in str(caught.value)
     dead.close()
-

@@ -35,8 +35,13 @@ class FaustWorker:
 
     def __enter__(self) -> FaustWorker:
         log = self._log_path.open("wb")
+        # Run in the log's folder: Faust puts an app's default data folder in its cwd.
         self._process = subprocess.Popen(
-            self._args, cwd=REPO, env=self._env, stdout=log, stderr=subprocess.STDOUT
+            self._args,
+            cwd=self._log_path.parent,
+            env=self._env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         log.close()  # the child holds its own descriptor
         return self

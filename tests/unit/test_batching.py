@@ -11,12 +11,12 @@ import orjson
 from producers.agent import Agent
 from producers.batching import MAX_BATCH_BYTES, pack_round, pack_stream
 from producers.publisher import is_heartbeat, is_heartbeat_value
-from producers.simulator import scenario_from, simulate
 from producers.sources import Reading
 from schemas.base import C4Model
 from schemas.codec import encode
 from schemas.messages import Collective, Collectives, Ops
 from schemas.records import decode_record
+from simulator import scenario_from, simulate
 from tests.contract import contract_examples
 
 EMPTY = Ops(seq=(), op=(), bytes=(), enter_ns=(), end_ns=())

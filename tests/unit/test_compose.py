@@ -71,7 +71,7 @@ def test_demo_services_wired_together() -> None:
 def test_image_holds_every_package() -> None:
     dockerfile = (COMPOSE.parent / "Dockerfile").read_text(encoding="utf-8")
     pyproject = (COMPOSE.parent / "pyproject.toml").read_text(encoding="utf-8")
-    include = re.search(r'include = \[([^\]]*)\]', pyproject)
+    include = re.search(r"include = \[([^\]]*)\]", pyproject)
     assert include is not None
     packages = re.findall(r'"(\w+)\*"', include.group(1))
     for package in packages:

@@ -13,11 +13,11 @@ from c4.demo.receivers import Call
 from c4.demo.report import WallClock, write_report
 from c4.demo.run import DemoOptions, demo_topology, load_demo_scenario, simulator_plan
 from c4.demo.timeline import build_timeline, format_rows, table, verdict
-from producers.simulator import ground_truth
-from producers.simulator.cluster import build_cluster
-from producers.simulator.run import route_messages
-from producers.simulator.truth import Truth
 from schemas.messages import Action, Diagnosis, Suspect
+from simulator import ground_truth
+from simulator.cluster import build_cluster
+from simulator.run import route_messages
+from simulator.truth import Truth
 
 T0 = 1_800_000_000_000_000_000
 S = 1_000_000_000
@@ -73,11 +73,17 @@ def test_every_fault_diagnosed_and_acted_on_passes() -> None:
     ]
     actions = [
         action("d-1", "isolate", "node-005"),
-        action("d-1", "restart", "job-a", replaced={"node-005": "node-000"},
-               tiers={"node-000": "same leaf"}),
+        action(
+            "d-1",
+            "restart",
+            "job-a",
+            replaced={"node-005": "node-000"},
+            tiers={"node-000": "same leaf"},
+        ),
         action("d-1", "alert", "node-005/gpu5", receiver="oncall"),
-        action("d-2", "reroute", "leaf-1a~spine-a-1", before_max_util=1.5, after_max_util=1.0,
-               moved=2),
+        action(
+            "d-2", "reroute", "leaf-1a~spine-a-1", before_max_util=1.5, after_max_util=1.0, moved=2
+        ),
     ]
     timeline = build_timeline(T0, [LINK, SLOW], diagnoses, actions)
     assert timeline.passed
@@ -138,16 +144,22 @@ def test_report_opens_and_names_every_injected_fault(tmp_path: Path) -> None:
     scenario = load_demo_scenario(None, None).model_copy(update={"start_ns": T0})
     cluster = build_cluster(topology, scenario)
     truths = ground_truth(topology, scenario, cluster)
-    assert {t.type for t in truths} == {
-        "slow_gpu", "port_degraded", "gpu_stop", "fabric_link_down"
-    }
+    assert {t.type for t in truths} == {"slow_gpu", "port_degraded", "gpu_stop", "fabric_link_down"}
     first = truths[0]
     diagnoses = [
-        finding("d-1", first.classes[0], (first.suspect_type, first.suspect_id), 14.0,
-                job=first.job),
-        finding("d-2", "comm_slow", ("port", "node-022/mlx5_3:1"), 19.0, job="job-b",
-                evidence={"throughput": [[r, (r + 1) % 64, 100.0 if r == 19 else 190.0]
-                                         for r in range(64)]}),
+        finding(
+            "d-1", first.classes[0], (first.suspect_type, first.suspect_id), 14.0, job=first.job
+        ),
+        finding(
+            "d-2",
+            "comm_slow",
+            ("port", "node-022/mlx5_3:1"),
+            19.0,
+            job="job-b",
+            evidence={
+                "throughput": [[r, (r + 1) % 64, 100.0 if r == 19 else 190.0] for r in range(64)]
+            },
+        ),
     ]
     actions = [action("d-1", "isolate", "node-005")]
     routes = tuple(route_messages(cluster, T0))

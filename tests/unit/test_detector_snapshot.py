@@ -11,14 +11,14 @@ from collections.abc import Iterable
 
 import pytest
 
-from producers.simulator import scenario_from, simulate
-from producers.simulator.cluster import build_cluster
-from producers.simulator.run import simulate_cluster
-from producers.simulator.scenario import FAULT_TYPES
-from producers.simulator.suite import generate_suite
 from schemas.base import C4Model
 from schemas.files import Topology
 from schemas.messages import Diagnosis, Route
+from simulator import scenario_from, simulate
+from simulator.cluster import build_cluster
+from simulator.run import simulate_cluster
+from simulator.scenario import FAULT_TYPES
+from simulator.suite import generate_suite
 from streams.core.engine import Engine
 from streams.core.fabric import FabricHub
 from streams.core.snapshot import (

@@ -1,15 +1,15 @@
 """The detectors on the shapes people train: tensor-parallel groups in a node, a 1F1B
 pipeline over point-to-point pairs, data-parallel groups over the NIC ports, MoE all-to-all.
-Each case is simulated (producers.simulator.pipeline) and replayed as `c4 diagnose` does."""
+Each case is simulated (simulator.pipeline) and replayed as `c4 diagnose` does."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from producers.simulator.cluster import build_cluster
-from producers.simulator.run import simulate_cluster
-from producers.simulator.scenario import MIB, scenario_from
 from schemas.messages import Diagnosis
+from simulator.cluster import build_cluster
+from simulator.run import simulate_cluster
+from simulator.scenario import MIB, scenario_from
 from streams.core.compute import ComputeTracker
 from streams.core.engine import Engine
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from producers.simulator import scenario_from, simulate
 from schemas.base import C4Model
 from schemas.messages import Diagnosis, Job, Link, RankPlace, Route, RoutePath
+from simulator import scenario_from, simulate
 from streams.core.engine import Engine
 from streams.durable import DurableDetection
 from streams.live import LiveDetection

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from producers.simulator import scenario_from, simulate
 from schemas.base import C4Model
 from schemas.codec import MODELS, decode, encode
 from schemas.fastpath import decode_hot
+from simulator import scenario_from, simulate
 from tests.unit.test_codec_properties import collectives, json_values, links
 
 

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from scenario_suite_3d import run_3d_suite  # noqa: E402
 
-from producers.simulator.suite3d import FAULT_KINDS, TRAPS
+from simulator.suite3d import FAULT_KINDS, TRAPS
 
 
 def test_reduced_3d_suite_meets_every_target() -> None:

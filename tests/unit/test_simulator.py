@@ -16,11 +16,11 @@ import pytest
 from c4 import C4Error
 from c4.settings import Settings
 from c4.simulate_cmd import register
-from producers.simulator import Scenario, Truth, ground_truth, scenario_from, simulate
-from producers.simulator.cluster import default_topology
 from schemas.base import C4Model
 from schemas.codec import Rejection, decode, encode
 from schemas.messages import Collective, Gpu, Job, Link, Route
+from simulator import Scenario, Truth, ground_truth, scenario_from, simulate
+from simulator.cluster import default_topology
 
 S = 1_000_000_000
 T0 = 1_733_130_000 * S
@@ -286,7 +286,7 @@ def test_output_does_not_depend_on_the_process_hash_seed(tmp_path: Path) -> None
     document = tmp_path / "s.json"
     document.write_bytes(orjson.dumps(EVERY_FAULT))
     script = (
-        "import sys, hashlib; from producers.simulator import parse_scenario, simulate; "
+        "import sys, hashlib; from simulator import parse_scenario, simulate; "
         "from schemas.codec import encode; "
         "s = parse_scenario(open(sys.argv[1], 'rb').read()); "
         "print(hashlib.sha256(b''.join(encode(m) for m in simulate(None, s))).hexdigest())"

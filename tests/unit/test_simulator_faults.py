@@ -7,9 +7,9 @@ from statistics import median
 
 import pytest
 
-from producers.simulator import ScenarioError, ground_truth, scenario_from
-from producers.simulator.cluster import build_cluster
 from schemas.messages import Collective, Gpu, Link
+from simulator import ScenarioError, ground_truth, scenario_from
+from simulator.cluster import build_cluster
 from tests.unit.test_simulator import T0, S, case, collectives, durations, run
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from producers.simulator.cluster import build_cluster
-from producers.simulator.interleaved import schedule
-from producers.simulator.layout import groups
-from producers.simulator.run import simulate_cluster
-from producers.simulator.scenario import JobSpec, scenario_from
+from simulator.cluster import build_cluster
+from simulator.interleaved import schedule
+from simulator.layout import groups
+from simulator.run import simulate_cluster
+from simulator.scenario import JobSpec, scenario_from
 from streams.core.engine import Engine
 
 

@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from producers import ProducerError
-from producers.simulator import ScenarioError, parse_scenario, scenario_from, simulate
+from simulator import ScenarioError, SimulatorError, parse_scenario, scenario_from, simulate
 from tests.unit.test_simulator import case
 
 
@@ -96,7 +95,7 @@ def test_bad_scenarios_give_one_line_errors(document: dict[str, Any], expected: 
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith(f"s.json: {expected}"), message
-    assert isinstance(raised.value, ProducerError)
+    assert isinstance(raised.value, SimulatorError)
 
 
 TOPOLOGY_MISFITS: list[tuple[dict[str, Any], str]] = [
@@ -148,7 +147,7 @@ def test_scenarios_that_do_not_fit_the_topology(document: dict[str, Any], expect
 def test_listed_nodes_are_used_and_others_fill_in() -> None:
     document = case()
     document["jobs"][1]["nodes"] = ["node-000", "node-001"]
-    from producers.simulator.cluster import build_cluster
+    from simulator.cluster import build_cluster
 
     cluster = build_cluster(None, scenario_from(document))
     assert cluster.job("job-2").nodes == ("node-000", "node-001")

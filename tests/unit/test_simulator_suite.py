@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from producers.simulator import generate_suite, ground_truth
-from producers.simulator.cluster import build_cluster
-from producers.simulator.scenario import FAULT_TYPES
+from simulator import generate_suite, ground_truth
+from simulator.cluster import build_cluster
+from simulator.scenario import FAULT_TYPES
 
 
 def test_full_suite_covers_what_the_scoring_needs() -> None:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from producers.simulator.agents import NodeAgent, build_agents
-from producers.simulator.cluster import GPUS_PER_NODE, Cluster, PlacedJob, build_cluster
-from producers.simulator.effects import job_effects
-from producers.simulator.jobsim import simulate_job
-from producers.simulator.pipeline import simulate_parallel_job
-from producers.simulator.scenario import Scenario
 from schemas.base import C4Model
 from schemas.files import Topology
 from schemas.messages import Job, RankPlace, Route, RoutePath
+from simulator.agents import NodeAgent, build_agents
+from simulator.cluster import GPUS_PER_NODE, Cluster, PlacedJob, build_cluster
+from simulator.effects import job_effects
+from simulator.jobsim import simulate_job
+from simulator.pipeline import simulate_parallel_job
+from simulator.scenario import Scenario
 
 
 def simulate(topology: Topology | None, scenario: Scenario) -> Iterator[C4Model]:

@@ -16,9 +16,10 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from producers.simulator.layout import GPUS_PER_NODE as GPUS_PER_NODE
-from producers.simulator.layout import Group, groups
-from producers.simulator.scenario import (
+from schemas.files import Topology, TopologyNode
+from simulator.layout import GPUS_PER_NODE as GPUS_PER_NODE
+from simulator.layout import Group, groups
+from simulator.scenario import (
     FabricLinkDegraded,
     FabricLinkDown,
     JobSpec,
@@ -28,7 +29,6 @@ from producers.simulator.scenario import (
     Scenario,
     ScenarioError,
 )
-from schemas.files import Topology, TopologyNode
 from topology import TopologyError
 from topology.ecmp import SPORT_MAX, SPORT_MIN, Crc32Hash, Ecmp
 from topology.generate import Shape, generate

@@ -14,9 +14,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from producers.simulator.cluster import GPUS_PER_NODE, Cluster, build_cluster
-from producers.simulator.noise import stream
-from producers.simulator.scenario import FAULT_TYPES, MIB, Scenario, scenario_from
+from simulator.cluster import GPUS_PER_NODE, Cluster, build_cluster
+from simulator.noise import stream
+from simulator.scenario import FAULT_TYPES, MIB, Scenario, scenario_from
 
 HEALTHY_SHARE = 0.18
 CONCURRENT_SHARE = 0.15

@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from producers.simulator.cluster import Cluster, build_cluster
-from producers.simulator.effects import at_ns
-from producers.simulator.scenario import (
+from schemas.files import Topology
+from simulator.cluster import Cluster, build_cluster
+from simulator.effects import at_ns
+from simulator.scenario import (
     FabricLinkDegraded,
     FabricLinkDown,
     GpuStop,
@@ -19,7 +20,6 @@ from producers.simulator.scenario import (
     Scenario,
     SlowGpu,
 )
-from schemas.files import Topology
 
 # Acceptable diagnosis classes per fault type, best first.
 CLASSES: dict[str, tuple[str, ...]] = {
@@ -31,7 +31,7 @@ CLASSES: dict[str, tuple[str, ...]] = {
     "link_down": ("link_down", "comm_hang"),
     "fabric_link_degraded": ("link_degraded", "comm_slow"),
     # Without switch telemetry C4D sees a dark link as the slowest of degraded links: the
-    # connections over it crawl (producers.simulator.effects), they do not stop.
+    # connections over it crawl (simulator.effects), they do not stop.
     "fabric_link_down": ("link_down", "link_degraded"),
 }
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from producers.simulator.cluster import NVLINK_GBPS, Comm, PlacedJob
-from producers.simulator.effects import NS_PER_S, JobEffects, at_ns
-from producers.simulator.interleaved import schedule
-from producers.simulator.jobsim import (
+from schemas.messages import OpName
+from simulator.cluster import NVLINK_GBPS, Comm, PlacedJob
+from simulator.effects import NS_PER_S, JobEffects, at_ns
+from simulator.interleaved import schedule
+from simulator.jobsim import (
     COMMON_SIGMA,
     END_SKEW_NS,
     HICCUP_CHANCE,
@@ -36,10 +37,9 @@ from producers.simulator.jobsim import (
     JobRun,
     OpRun,
 )
-from producers.simulator.layout import coords, data_parallel_size
-from producers.simulator.noise import stream
-from producers.simulator.scenario import Parallel, Scenario
-from schemas.messages import OpName
+from simulator.layout import coords, data_parallel_size
+from simulator.noise import stream
+from simulator.scenario import Parallel, Scenario
 
 ATTENTION_SHARE = 0.4  # of a forward's compute, before the first tensor-parallel allreduce
 EXPERT_SHARE = 0.5  # of the MLP's compute that runs in the experts (scaled by their load)

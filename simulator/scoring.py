@@ -11,8 +11,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from producers.simulator.truth import Truth
 from schemas.messages import Diagnosis
+from simulator.truth import Truth
 
 # Findings may conclude from evidence gathered up to one reporting interval before onset.
 ONSET_SLACK_NS = 1_000_000_000

@@ -18,8 +18,8 @@ from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from producers.simulator.cluster import GPUS_PER_NODE, Cluster, Comm, PlacedJob
-from producers.simulator.scenario import (
+from simulator.cluster import GPUS_PER_NODE, Cluster, Comm, PlacedJob
+from simulator.scenario import (
     FabricLinkDegraded,
     FabricLinkDown,
     GpuStop,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from producers.simulator.scenario import JobSpec, Parallel
+from simulator.scenario import JobSpec, Parallel
 
 GPUS_PER_NODE = 8
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Self
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from producers import ProducerError
+from simulator.errors import SimulatorError
 
 DEFAULT_START_NS = 1_733_130_000_000_000_000
 MIB = 1024 * 1024
@@ -21,7 +21,7 @@ Seconds = Annotated[float, Field(ge=0, le=86_400)]
 DpOp = Literal["allreduce", "allgather", "reducescatter"]
 
 
-class ScenarioError(ProducerError):
+class ScenarioError(SimulatorError):
     """A scenario (or its fit to the topology) is unusable; the message is one line."""
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from producers.simulator.cluster import GPUS_PER_NODE, Cluster, Comm, local_port
-from producers.simulator.effects import DOWN_SHARE, NS_PER_S, Window, at_ns
-from producers.simulator.jobsim import JobRun, OpRun
-from producers.simulator.noise import poisson, stream
-from producers.simulator.scenario import (
+from schemas.base import C4Model
+from schemas.messages import Collective, Conns, Gpu, Link, LinkCounters, OpName, Ops
+from simulator.cluster import GPUS_PER_NODE, Cluster, Comm, local_port
+from simulator.effects import DOWN_SHARE, NS_PER_S, Window, at_ns
+from simulator.jobsim import JobRun, OpRun
+from simulator.noise import poisson, stream
+from simulator.scenario import (
     FabricLinkDegraded,
     FabricLinkDown,
     GpuStop,
@@ -26,8 +28,6 @@ from producers.simulator.scenario import (
     Scenario,
     SlowGpu,
 )
-from schemas.base import C4Model
-from schemas.messages import Collective, Conns, Gpu, Link, LinkCounters, OpName, Ops
 
 MTU = 4096
 BACKGROUND_BYTES = 1_200  # per port and interval: LLDP, subnet management, monitoring

@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from producers.simulator.cluster import NVLINK_GBPS, Comm, PlacedJob
-from producers.simulator.effects import NS_PER_S, Breakage, JobEffects, at_ns
-from producers.simulator.noise import stream
-from producers.simulator.scenario import JobSpec, Scenario
 from schemas.messages import OpName
+from simulator.cluster import NVLINK_GBPS, Comm, PlacedJob
+from simulator.effects import NS_PER_S, Breakage, JobEffects, at_ns
+from simulator.noise import stream
+from simulator.scenario import JobSpec, Scenario
 
 PERSISTENT_SIGMA = 0.003  # GPUs of one model differ a little, for good
 COMMON_SIGMA = 0.02  # iterations differ (data, sequence lengths) for every rank alike

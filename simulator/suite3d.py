@@ -16,11 +16,11 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from producers.simulator.cluster import Cluster, build_cluster
-from producers.simulator.layout import coords, data_parallel_size
-from producers.simulator.noise import stream
-from producers.simulator.scenario import MIB, Scenario, scenario_from
-from producers.simulator.suite import shared_link
+from simulator.cluster import Cluster, build_cluster
+from simulator.layout import coords, data_parallel_size
+from simulator.noise import stream
+from simulator.scenario import MIB, Scenario, scenario_from
+from simulator.suite import shared_link
 
 FAULT_KINDS = (
     "stuck_stage",
