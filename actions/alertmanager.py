@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
 from pydantic import JsonValue
 
+from actions.outcome import StepSummary
 from schemas.messages import Diagnosis
 
 VERSION = "4"
@@ -26,22 +26,6 @@ _FNV_OFFSET = 14695981039346656037
 _FNV_PRIME = 1099511628211
 _MASK = (1 << 64) - 1
 _SEPARATOR = 255
-
-
-@dataclass(frozen=True, slots=True)
-class StepSummary:
-    """An earlier step of the same diagnosis, for the alert's annotations."""
-
-    action: str
-    target: str
-    status: str
-    reason: str | None = None
-    message: str = ""
-
-    def line(self) -> str:
-        """``restart job-42: failed (no_spare: ...)``."""
-        why = f" ({self.reason}: {self.message})" if self.reason else ""
-        return f"{self.action} {self.target}: {self.status}{why}"
 
 
 def fingerprint(labels: Mapping[str, str]) -> str:

@@ -1,8 +1,9 @@
 """The executors: one per action name, each with one small interface (`Executor.execute`).
 
 The pipeline looks an action up by name in a mapping, so a new action (reroute) is one more
-entry, not a change of the pipeline. An executor changes state only through `RedisState`'s
-scripts (atomic, fenced by the claim, compared against epochs), and answers with a `Result`.
+entry, not a change of the pipeline. An executor changes state only through the stores'
+scripts (atomic, fenced by the claim, compared against epochs), reached through the narrow
+Protocols of `actions.state.protocols` it needs, and answers with a `Result`.
 """
 
 from __future__ import annotations
@@ -15,12 +16,20 @@ from typing import ClassVar
 import orjson
 from pydantic import JsonValue
 
-from actions.alertmanager import StepSummary, payload
+from actions.alertmanager import payload
 from actions.config import Backoff, Receiver, WorkerConfig
 from actions.launcher import JobLauncher
-from actions.outcome import Reason, Result, done, failed, skipped
+from actions.outcome import Reason, Result, StepSummary, done, failed, skipped
 from actions.policy import Step
-from actions.state.store import Claim, RateLimits, RedisState, Transition, allocation_field
+from actions.state.model import (
+    AllocationRequest,
+    Claim,
+    RateLimits,
+    Transition,
+    TransitionRequest,
+    allocation_field,
+)
+from actions.state.protocols import Allocations, ClaimRecords, ComponentStates
 from actions.webhook import Answer, post_json
 from schemas.messages import Deadletter, Diagnosis, Job
 
@@ -86,13 +95,13 @@ class IsolateExecutor(Executor):
 
     name = "isolate"
 
-    def __init__(self, state: RedisState, config: WorkerConfig) -> None:
-        self._state = state
+    def __init__(self, components: ComponentStates, config: WorkerConfig) -> None:
+        self._components = components
         self._limits = limits_of(config)
 
     def execute(self, step: Step, context: Context) -> Result:
         diagnosis = context.diagnosis
-        current = self._state.component(step.kind, step.target)
+        current = self._components.component(step.kind, step.target)
         if current is None:
             return failed(
                 Reason.UNKNOWN_TARGET, f"{step.kind} {step.target} is not in the topology"
@@ -100,10 +109,10 @@ class IsolateExecutor(Executor):
         if current.state == "isolated" and current.diagnosis != diagnosis.id:
             message = f"{step.target} was isolated by {current.diagnosis or 'an operator'}"
             return skipped(Reason.ALREADY_ISOLATED, message, by=current.diagnosis)
-        answer = self._state.transition(
-            step.kind,
-            step.target,
-            "isolated",
+        request = TransitionRequest(
+            kind=step.kind,
+            ident=step.target,
+            to="isolated",
             action="isolate",
             reason=_reason_text(diagnosis),
             ts_ns=context.now_ns,
@@ -117,6 +126,7 @@ class IsolateExecutor(Executor):
             limits=self._limits,
             rate_member=f"{diagnosis.id}|isolate|{step.target}",
         )
+        answer = self._components.transition(request)
         return transition_result(step, answer)
 
 
@@ -153,13 +163,15 @@ class RestartExecutor(Executor):
 
     def __init__(
         self,
-        state: RedisState,
+        jobs: Allocations,
+        claims: ClaimRecords,
         config: WorkerConfig,
         publish_job: JobSink,
         launcher: JobLauncher,
         checkpoint: Checkpoint = lambda name: None,
     ) -> None:
-        self._state = state
+        self._jobs = jobs
+        self._claims = claims
         self._config = config
         self._limits = limits_of(config)
         self._publish_job = publish_job
@@ -168,10 +180,10 @@ class RestartExecutor(Executor):
 
     def execute(self, step: Step, context: Context) -> Result:
         job, diagnosis = step.target, context.diagnosis
-        answer = self._state.allocate(
-            context.claim,
-            job,
-            step.nodes,
+        request = AllocationRequest(
+            claim=context.claim,
+            job=job,
+            nodes=step.nodes,
             max_restarts=self._config.policy.max_restarts,
             ts_ns=context.now_ns,
             now_ms=context.now_ms,
@@ -180,6 +192,7 @@ class RestartExecutor(Executor):
             limits=self._limits,
             rate_member=f"{diagnosis.id}|restart|{job}",
         )
+        answer = self._jobs.allocate(request)
         outcome = answer[0]
         if outcome not in {"ok", "exists"}:
             return self._refused(job, step, answer)
@@ -196,11 +209,11 @@ class RestartExecutor(Executor):
             "attempt": int(record["attempt"]),
         }
         phase_field = allocation_field(job) + ":phase"
-        phase = self._state.records(context.claim).get(phase_field, "allocated")
-        placement = self._state.job_message(job, int(record["ts_ns"]))
+        phase = self._claims.records(context.claim).get(phase_field, "allocated")
+        placement = self._jobs.message(job, int(record["ts_ns"]))
         if phase == "allocated":
             self._publish_job(placement)
-            if not self._state.record(context.claim, phase_field, "published"):
+            if not self._claims.record(context.claim, phase_field, "published"):
                 return failed(Reason.FENCED, "another worker took this diagnosis over")
             phase = "published"
         if phase == "published" and self._launcher.configured:
@@ -210,7 +223,7 @@ class RestartExecutor(Executor):
                     Reason.LAUNCHER_UNAVAILABLE if launched.retryable else Reason.LAUNCHER_REJECTED
                 )
                 return failed(reason, launched.error, launched.retryable, **detail)
-            if not self._state.record(context.claim, phase_field, "launched"):
+            if not self._claims.record(context.claim, phase_field, "launched"):
                 return failed(Reason.FENCED, "another worker took this diagnosis over")
         return done(**detail)
 

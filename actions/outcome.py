@@ -1,8 +1,11 @@
-"""What one action step came to: done, skipped or failed, with a reason from a closed set.
+"""What a step came to, and what a stage of the pipeline answers: closed sets of reasons.
 
-Every stage and executor answers with a `Result` (Alertmanager's notify style: whether a
-retry may help, and what went wrong). The reasons are a closed enum so that dashboards and
-alert rules can count them; ``detail`` carries the free-form particulars.
+Every executor answers with a `Result`: done, skipped or failed, with a `Reason` (whether a
+retry may help, and what went wrong); the reasons are a closed enum so that dashboards and
+alert rules can count them, ``detail`` carries the free-form particulars. Every stage of the
+pipeline answers with a `StageResult` (Alertmanager's notify style: go on, or stop with a
+`Stop` reason and whether a later try may help). `StepSummary` is an earlier step's result
+as the later ones (the alert's annotations) see it.
 """
 
 from __future__ import annotations
@@ -78,6 +81,53 @@ class Result:
         if self.message:
             out["message"] = self.message
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    """An earlier step of the same diagnosis, for the alert's annotations."""
+
+    action: str
+    target: str
+    status: str
+    reason: str | None = None
+    message: str = ""
+
+    @classmethod
+    def of(cls, action: str, target: str, result: Result) -> StepSummary:
+        """The summary of one step's result."""
+        reason = result.reason.value if result.reason else None
+        return cls(action, target, result.status, reason, result.message)
+
+    def line(self) -> str:
+        """``restart job-42: failed (no_spare: ...)``."""
+        why = f" ({self.reason}: {self.message})" if self.reason else ""
+        return f"{self.action} {self.target}: {self.status}{why}"
+
+
+class Stop(StrEnum):
+    """Why a diagnosis's stages stopped before its action records (closed set)."""
+
+    DUPLICATE = "duplicate"  # handled before: nothing to act on or publish
+    BUSY = "busy"  # another live worker holds its claim (retryable, after the lease)
+    FENCED = "fenced"  # another worker took its claim over: this one writes nothing more
+
+
+@dataclass(frozen=True, slots=True)
+class StageResult:
+    """What a stage answers: go on (``error`` None), or stop, and whether retrying may help."""
+
+    retryable: bool = False
+    error: Stop | None = None
+    until_ms: int = 0  # busy: when the holder's lease runs out (wall-clock ms)
+
+
+GO = StageResult()
+
+
+def stop(error: Stop, retryable: bool = False, until_ms: int = 0) -> StageResult:
+    """A stage's answer that ends the diagnosis's stages."""
+    return StageResult(retryable, error, until_ms)
 
 
 def done(**detail: JsonValue) -> Result:

@@ -6,7 +6,7 @@ prefix + ``:plan:``):
   path's ``sport``, ``down`` as a JSON list, ``ts_ns``, ``diagnosis``);
 - ``<prefix>history``: a list, the latest plan ids first (the last 100).
 
-The jobs' placements the plans are made from are the cluster state's (`RedisState.jobs`).
+The jobs' placements the plans are made from are the cluster state's (`JobStore.active`).
 A change is one Lua script, atomic against other workers. Replacing the plan is a
 compare-and-set on the id it was computed from: a worker that replanned from a plan that is
 no longer in force gets `StalePlanError` and replans from the fresh one; saving the same

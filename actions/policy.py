@@ -21,6 +21,8 @@ from schemas.messages import Diagnosis, Suspect
 
 NODE_LEVEL = frozenset({"node", "gpu", "rank"})
 STATEFUL = ("isolate", "restart")
+# Suspects the fabric correlator names from slow paths (a port's come from its counters).
+CORRELATED = frozenset({"link", "switch"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,22 @@ def suspect_nodes(diagnosis: Diagnosis, min_score: float, view: View) -> tuple[s
             if node is not None:
                 nodes[node] = None
     return tuple(nodes)
+
+
+def kept_out(diagnosis: Diagnosis, suspect_type: str) -> bool:
+    """Whether a resolved diagnosis leaves its suspect out of service and out of the plan.
+
+    A correlator's ``link_degraded`` of no job, naming a fabric link or a switch, rests on
+    slow paths through it; the reroute took them away, so it resolves because of our own
+    action. Giving the link back would bring the traffic, then the finding, back (a flap):
+    it stays out until an operator releases it (see `actions.reroute_executor`).
+    """
+    return (
+        diagnosis.state == "resolved"
+        and diagnosis.job is None
+        and diagnosis.class_ == "link_degraded"
+        and suspect_type in CORRELATED
+    )
 
 
 def shared_switch(nodes: tuple[str, ...], leaves: Mapping[str, tuple[str, ...]]) -> str | None:

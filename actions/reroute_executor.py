@@ -19,10 +19,10 @@ moves back onto them; with ``best`` flows move when that lowers ``max_util``).
 Except the correlator's: a ``link_degraded`` finding of no job naming a fabric link or a
 switch rests on slow paths through it, and the reroute took those paths away, so it resolves
 because of our own action. Giving the link back would bring the traffic, then the finding,
-back (a flap): the step is skipped (``kept_out``) and the link stays out of the plan until an
-operator releases it. A port's finding (hardware counters: the port reports up or clean
-again) still gives the port back. An unexpected planner error fails the step (``no_route``,
-logged with its traceback), it never ends the worker.
+back (a flap): the step is skipped (``kept_out``: `actions.policy.kept_out`) and the link
+stays out of the plan until an operator releases it. A port's finding (hardware counters: the
+port reports up or clean again) still gives the port back. An unexpected planner error fails
+the step (``no_route``, logged with its traceback), it never ends the worker.
 """
 
 from __future__ import annotations
@@ -48,35 +48,17 @@ from actions.planner.reroute import (
     node_routes,
     reroute,
 )
-from actions.policy import Step
+from actions.policy import CORRELATED, Step, kept_out
 from actions.state import StateError
-from actions.state.store import Claim
+from actions.state.model import Claim
+from actions.state.protocols import ActiveJobs, ClaimRecords, FabricSource
 from schemas.base import C4Model
-from schemas.messages import Diagnosis, Job
+from schemas.messages import Diagnosis
 from topology.ecmp import hash_model
-from topology.model import Fabric
 
 log = logging.getLogger("c4.actions")
 
-# Suspects the fabric correlator names from slow paths (a port's come from its counters).
-CORRELATED = frozenset({"link", "switch"})
 PlanSaved = Callable[[float, int], None]  # the new plan's max_util, route messages published
-
-
-class RerouteState(Protocol):
-    """What the reroute reads and writes in the cluster state (`RedisState` has it all)."""
-
-    def fabric(self) -> Fabric | None:
-        """The fabric of the topology loaded; None when none was."""
-
-    def jobs(self) -> list[Job]:
-        """The placements of the jobs not stopped."""
-
-    def records(self, claim: Claim) -> dict[str, str]:
-        """The fields of a diagnosis's claim."""
-
-    def record(self, claim: Claim, field: str, value: str) -> bool:
-        """Write one field of the claim; False when another worker took it over."""
 
 
 class Plans(Protocol):
@@ -99,16 +81,6 @@ class Publisher(Protocol):
         """Wait until every queued message is delivered."""
 
 
-def kept_out(diagnosis: Diagnosis, suspect_type: str) -> bool:
-    """Whether a resolved diagnosis leaves its suspect out of the plan (see the module doc)."""
-    return (
-        diagnosis.state == "resolved"
-        and diagnosis.job is None
-        and diagnosis.class_ == "link_degraded"
-        and suspect_type in CORRELATED
-    )
-
-
 def told_field(target: str) -> str:
     """The claim field listing the nodes a reroute step has published routes to."""
     return f"reroute:{target}:nodes"
@@ -122,13 +94,17 @@ class RerouteExecutor(Executor):
 
     def __init__(
         self,
-        state: RerouteState,
+        fabric: FabricSource,
+        jobs: ActiveJobs,
+        claims: ClaimRecords,
         plans: Plans,
         outbox: Publisher,
         settings: RerouteSettings | None = None,
         saved: PlanSaved = lambda max_util, routes: None,
     ) -> None:
-        self._state = state
+        self._fabric = fabric
+        self._jobs = jobs
+        self._claims = claims
         self._plans = plans
         self._outbox = outbox
         chosen = settings or RerouteSettings()
@@ -155,8 +131,8 @@ class RerouteExecutor(Executor):
             return skipped(Reason.KEPT_OUT, message)
         narrowed = diagnosis.model_copy(update={"suspects": (suspect,)})
         try:
-            fabric = self._state.fabric()
-            jobs = self._state.jobs()
+            fabric = self._fabric.fabric()
+            jobs = self._jobs.active()
         except StateError as error:
             return failed(Reason.STATE_INVALID, str(error))
         if fabric is None:
@@ -189,7 +165,7 @@ class RerouteExecutor(Executor):
             new.plan, told - {route.node for route in result.routes}, new.id, context.now_ns
         )
         nodes = told | {route.node for route in routes}
-        if nodes != told and not self._state.record(
+        if nodes != told and not self._claims.record(
             context.claim, field, orjson.dumps(sorted(nodes)).decode()
         ):
             return failed(Reason.FENCED, "another worker took this diagnosis over")
@@ -221,7 +197,7 @@ class RerouteExecutor(Executor):
         )
 
     def _told(self, claim: Claim, field: str) -> set[str]:
-        raw = self._state.records(claim).get(field)
+        raw = self._claims.records(claim).get(field)
         if raw is None:
             return set()
         try:
@@ -244,7 +220,8 @@ class GivenBack:
 
 
 def give_back(
-    state: RerouteState,
+    fabric: FabricSource,
+    jobs: ActiveJobs,
     plans: Plans,
     outbox: Publisher,
     kind: str,
@@ -262,8 +239,8 @@ def give_back(
     if kind not in CORRELATED:
         return None
     current = plans.current()
-    fabric = state.fabric()
-    if current is None or fabric is None:
+    loaded = fabric.fabric()
+    if current is None or loaded is None:
         return None
     release = Diagnosis.model_validate(
         {
@@ -279,10 +256,10 @@ def give_back(
             "evidence": {"released_by": actor},
         }
     )
-    links = set(failed_links(fabric, release)) & set(current.down)
+    links = set(failed_links(loaded, release)) & set(current.down)
     if not links:
         return None
-    result = reroute(fabric, state.jobs(), current, release, now_ns)
+    result = reroute(loaded, jobs.active(), current, release, now_ns)
     for route in result.routes:
         outbox.publish(route, key=route.node)
     outbox.flush()

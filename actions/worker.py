@@ -34,6 +34,7 @@ from actions.pipeline import Busy, Pipeline
 from actions.plan_store import PlanStore
 from actions.reroute_executor import RerouteExecutor
 from actions.state import StateUnavailable
+from actions.state.protocols import JobRecorder
 from actions.state.store import RedisState
 from actions.transport import KafkaTransport, TransportUnavailable
 from schemas.codec import Rejection, dead_letter, decode
@@ -107,11 +108,20 @@ def build_executors(
 
     # The plan in force lives under the cluster state's prefix, beside what it is made from.
     plans = PlanStore(state.client, f"{state.keys.prefix}:plan:")
+    launcher = JobLauncher(config.launcher)
     executors: list[Executor] = [
-        IsolateExecutor(state, config),
-        RestartExecutor(state, config, publish_job, JobLauncher(config.launcher), checkpoint),
+        IsolateExecutor(state.components, config),
+        RestartExecutor(state.jobs, state.claims, config, publish_job, launcher, checkpoint),
         AlertExecutor(config, publish_dead_letter),
-        RerouteExecutor(state, plans, transport.outbox, config.reroute, plan_saved),
+        RerouteExecutor(
+            state.components,
+            state.jobs,
+            state.claims,
+            plans,
+            transport.outbox,
+            config.reroute,
+            plan_saved,
+        ),
     ]
     return {executor.name: executor for executor in executors}
 
@@ -122,14 +132,14 @@ class ActionWorker:
     def __init__(
         self,
         transport: KafkaTransport,
-        state: RedisState,
+        jobs: JobRecorder,
         pipeline: Pipeline,
         topics: Topics,
         metrics: ActionMetrics,
         stop: threading.Event,
     ) -> None:
         self._transport = transport
-        self._state = state
+        self._jobs = jobs
         self._pipeline = pipeline
         self._topics = topics
         self._metrics = metrics
@@ -184,7 +194,7 @@ class ActionWorker:
             self._metrics.jobs.labels("rejected").inc()
             return
         assert isinstance(result, Job)  # noqa: S101 - decode(kind="job") returns a Job
-        kept = self._state.record_job(result)
+        kept = self._jobs.record(result)
         self._metrics.jobs.labels("recorded" if kept else "older").inc()
 
     def _diagnosis(self, record: Message) -> None:

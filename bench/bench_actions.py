@@ -45,11 +45,11 @@ def run(count: int, url: str) -> list[tuple[str, float, float, float]]:
     state = RedisState.connect(url, prefix=prefix)
     rows = []
     try:
-        state.load_topology(topology)
+        state.components.load_topology(topology)
         ids = [node.id for node in topology.nodes]
         for spare in ids[count : 2 * count]:
             now = time.time_ns()
-            state.add_spare(spare, now, now // 1_000_000, "bench")
+            state.components.add_spare(spare, now, now // 1_000_000, "bench")
         unlimited = {"actions": 1_000_000, "window_s": 60}
         # Only the classes measured here (the default map also routes link findings to reroute:
         # bench/bench_reroute.py measures that).
@@ -65,11 +65,11 @@ def run(count: int, url: str) -> list[tuple[str, float, float, float]]:
             }
         )
         executors = {
-            "isolate": IsolateExecutor(state, config),
+            "isolate": IsolateExecutor(state.components, config),
             "restart": RestartExecutor(
-                state, config, lambda job: None, JobLauncher(config.launcher)
+                state.jobs, state.claims, config, lambda job: None, JobLauncher(config.launcher)
             ),
-            "alert": IsolateExecutor(state, config),  # not reached: no receivers
+            "alert": IsolateExecutor(state.components, config),  # not reached: no receivers
         }
         pipeline = Pipeline(state, executors, config, "bench")
         for index, node in enumerate(ids[:count]):
@@ -84,7 +84,7 @@ def run(count: int, url: str) -> list[tuple[str, float, float, float]]:
                     "comms": {},
                 }
             )
-            state.record_job(job)
+            state.jobs.record(job)
         for label, cls in (
             ("alert only (no receiver)", "comm_slow"),
             ("isolate + restart", "noncomm_hang"),

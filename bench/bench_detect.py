@@ -49,9 +49,7 @@ def job_messages(ranks: int, seconds: int, op_ns: int = 5_000_000) -> list[Colle
                 end_ns=end,
             )
             messages.append(
-                Collective.model_construct(
-                    v=1,
-                    kind="collective",
+                Collective.of(
                     job="job-bench",
                     comm="dp",
                     comm_size=ranks,
@@ -62,6 +60,7 @@ def job_messages(ranks: int, seconds: int, op_ns: int = 5_000_000) -> list[Colle
                     ts_ns=base + S,
                     ops=ops,
                     conns=None,
+                    trusted=True,
                 )
             )
     return messages

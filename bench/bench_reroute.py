@@ -94,11 +94,13 @@ def run(nodes: int, failures: int, url: str) -> dict[str, float]:
     plans = PlanStore(state.client, f"{prefix}:plan:")
     outbox = CountingOutbox()
     try:
-        state.load_topology(topology)
+        state.components.load_topology(topology)
         for job in rail_jobs([node.id for node in topology.nodes]):
-            state.record_job(job)
+            state.jobs.record(job)
         config = parse_config({"policy": {"classes": {"link_down": ["reroute"]}}})
-        executor = RerouteExecutor(state, plans, outbox, config.reroute)
+        executor = RerouteExecutor(
+            state.components, state.jobs, state.claims, plans, outbox, config.reroute
+        )
         pipeline = Pipeline(state, {"reroute": executor}, config, "bench")
         uplinks = [link.id for link in topology.links if "~" in link.id]
         start = time.perf_counter()

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import threading
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from actions import ActionsError
@@ -19,6 +16,7 @@ from actions.worker import EXECUTORS, ActionWorker, Topics, build_executors, wor
 from c4 import C4Error
 from c4.security import KafkaAccessError, check_kafka_access, install_secret_redaction, redacted
 from c4.state_cmd import open_state
+from c4.stopping import stop_on_signals
 
 if TYPE_CHECKING:
     from c4.settings import Settings
@@ -59,41 +57,34 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         raise WorkerStartError(message) from None
     log = logging.getLogger("c4.actions")
     try:
-        if state.fabric() is None:
+        if state.components.fabric() is None:
             log.warning("no topology in the cluster state: reroute fails until `c4 state load`")
     except (StateError, StateUnavailable) as error:
         log.warning("%s: reroute fails until `c4 state load`", error)
-    stop = threading.Event()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        del signum, frame
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    topics = Topics.with_prefix(settings.topic_prefix)
-    metrics = ActionMetrics()
-    if args.metrics_port:
-        metrics.serve(args.metrics_port)
-    transport = KafkaTransport(
-        settings.kafka_client_config(),
-        args.group,
-        [topics.diagnosis, topics.job],
-        settings.topic_prefix,
-        stop,
-    )
-    actor = worker_id()
-    try:
-        executors = build_executors(state, config, transport, metrics)
-        pipeline = Pipeline(state, executors, config, actor, dry_run=args.dry_run)
-        mode = " (dry run: nothing is changed)" if args.dry_run else ""
-        log.info("worker %s: group %s, %s%s", actor, args.group, topics.diagnosis, mode)
-        ActionWorker(transport, state, pipeline, topics, metrics, stop).run()
-    except (StateUnavailable, ActionsError) as error:
-        raise WorkerStartError(str(error)) from None
-    finally:
-        transport.close()
-        state.close()
+    with stop_on_signals() as stop:
+        topics = Topics.with_prefix(settings.topic_prefix)
+        metrics = ActionMetrics()
+        if args.metrics_port:
+            metrics.serve(args.metrics_port)
+        transport = KafkaTransport(
+            settings.kafka_client_config(),
+            args.group,
+            [topics.diagnosis, topics.job],
+            settings.topic_prefix,
+            stop,
+        )
+        actor = worker_id()
+        try:
+            executors = build_executors(state, config, transport, metrics)
+            pipeline = Pipeline(state, executors, config, actor, dry_run=args.dry_run)
+            mode = " (dry run: nothing is changed)" if args.dry_run else ""
+            log.info("worker %s: group %s, %s%s", actor, args.group, topics.diagnosis, mode)
+            ActionWorker(transport, state.jobs, pipeline, topics, metrics, stop).run()
+        except (StateUnavailable, ActionsError) as error:
+            raise WorkerStartError(str(error)) from None
+        finally:
+            transport.close()
+            state.close()
     return 0
 
 

@@ -9,32 +9,34 @@ spool's bound, heartbeats dropped first), and the counts are reported on stderr.
 from __future__ import annotations
 
 import argparse
-import signal
 import socket
 import sys
-import time
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from c4 import C4Error
+from c4.stopping import stop_on_signals
 from producers.agent import Agent
+from producers.agent_loop import (
+    RunLimits,
+    handoff_state_beside,
+    handoffs_of,
+    run_agent,
+    spooling_publisher,
+)
 from producers.flight_recorder import FlightRecorderSource
 from producers.handoff import HandoffSource
 from producers.nccl_inspector import InspectorSource
 from producers.nvml import NvmlSource
-from producers.publisher import DeliveryCounts, Publisher
+from producers.publisher import Publisher
 from producers.sources import Source
-from producers.spool import DiskSpool, SpoolError
+from producers.spool import SpoolError
 from producers.sysfs import SysfsSource
 from schemas.base import C4Model
 from schemas.codec import encode
 
 if TYPE_CHECKING:
     from c4.settings import Settings
-
-REPORT_EVERY_S = 60.0
-TROUBLE_EVERY_S = 5.0
 
 
 class AgentError(C4Error):
@@ -68,26 +70,8 @@ def build_sources(args: argparse.Namespace) -> list[Source]:
     return sources
 
 
-def _handoffs(sources: list[Source]) -> list[HandoffSource]:
-    return [source for source in sources if isinstance(source, HandoffSource)]
-
-
-def _commit(handoff: HandoffSource) -> None:
-    problem = handoff.commit()
-    if problem is not None:
-        _report(f"source {handoff.name}: {problem}")
-
-
 def _report(line: str) -> None:
     print(f"c4 agent: {line}", file=sys.stderr, flush=True)
-
-
-def _summary(counts: DeliveryCounts) -> str:
-    return (
-        f"delivered {counts.delivered}, failed {counts.failed}, outages {counts.outages}, "
-        f"spooled {counts.spooled}, replayed {counts.replayed}, "
-        f"dropped heartbeats {counts.dropped_heartbeats}, dropped others {counts.dropped_records}"
-    )
 
 
 def _printer(message: C4Model) -> None:
@@ -98,17 +82,19 @@ def _printer(message: C4Model) -> None:
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     spool_dir = Path(args.spool_dir) if args.spool_dir else settings.stack_dir / "agent-spool"
     if args.handoff and not args.print and not args.handoff_state:
-        # Read positions kept beside the spool: a restarted agent goes on where it was.
-        args.handoff_state = str(spool_dir / "handoff-offsets.json")
+        args.handoff_state = str(handoff_state_beside(spool_dir))
     sources = build_sources(args)
-    handoffs = _handoffs(sources)
     publisher: Publisher | None = None
     if not args.print:
         try:
-            spool = DiskSpool(spool_dir, max_bytes=args.spool_max_mb << 20)
+            publisher = spooling_publisher(
+                settings.kafka_client_config(),
+                settings.topic_prefix,
+                spool_dir,
+                args.spool_max_mb << 20,
+            )
         except SpoolError as error:
             raise AgentError(str(error)) from error
-        publisher = Publisher(settings.kafka_client_config(), settings.topic_prefix, spool)
         _report(f"publishing to {settings.kafka_bootstrap}; spool {spool_dir}")
     agent = Agent(
         sources,
@@ -117,50 +103,9 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         pack=args.batch,
         node=args.node or socket.gethostname(),
     )
-    stop = {"now": False}
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        del signum, frame
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    started = last_report = time.monotonic()
-    last_trouble = (0, 0, 0)
-    try:
-        while not stop["now"]:
-            if args.once:
-                count = agent.run_once()
-                _report(f"{count} messages from {', '.join(agent.active) or 'no source'}")
-                break
-            wait = agent.step()
-            now = time.monotonic()
-            if publisher is not None:
-                publisher.service()
-                if publisher.in_flight() == 0:
-                    # Everything read so far is acknowledged or in the spool.
-                    for handoff in handoffs:
-                        _commit(handoff)
-                counts = publisher.counts
-                trouble = (counts.outages, counts.dropped_heartbeats, counts.dropped_records)
-                # Outages and drops are told at once (at most every few seconds), the rest
-                # once a minute.
-                if now - last_report >= REPORT_EVERY_S or (
-                    trouble != last_trouble and now - last_report >= TROUBLE_EVERY_S
-                ):
-                    _report(_summary(counts) + (" (broker unreachable)" if publisher.down else ""))
-                    last_report, last_trouble = now, trouble
-            if args.duration and now - started >= args.duration:
-                break
-            time.sleep(min(wait, 0.1))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        agent.close()
-        if publisher is not None:
-            left = publisher.close(args.drain_s)
-            for handoff in handoffs:  # what was not delivered is in the spool now
-                _commit(handoff)
-            _report(f"{_summary(publisher.counts)}; {left} not yet delivered (kept in the spool)")
+    limits = RunLimits(once=args.once, duration_s=args.duration, drain_s=args.drain_s)
+    with stop_on_signals() as stop:
+        run_agent(agent, publisher, handoffs_of(sources), _report, stop, limits)
     return 0
 
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from c4 import C4Error
 from c4.inputs import load_document
-from producers.flight_recorder import FlightRecorderError, convert, read_dump_folder
+from producers.fr_convert import convert
+from producers.fr_dump import FlightRecorderError, read_dump_folder
 from producers.nccl_inspector import InspectorOp, parse_record, split_objects, to_messages
 from schemas.codec import encode
 from schemas.messages import Collective, Job, RankPlace

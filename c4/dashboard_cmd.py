@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import signal
-import threading
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from c4 import C4Error
+from c4.stopping import stop_on_signals
 
 if TYPE_CHECKING:
     from c4.settings import Settings
@@ -32,26 +30,19 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     except Exception as error:  # noqa: BLE001 - any failure to reach Redis is reported alike
         message = f"redis at {settings.redis_url} does not answer ({error})"
         raise DashboardStartError(message) from None
-    stop = threading.Event()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        del signum, frame
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    feed = Feed(settings.kafka_client_config(), settings.topic_prefix, args.group or "").start()
-    server = DashboardServer(Source(state, feed, args.title), args.bind, args.port)
-    try:
-        server.start()
-    except DashboardError as error:
+    with stop_on_signals() as stop:
+        feed = Feed(settings.kafka_client_config(), settings.topic_prefix, args.group or "").start()
+        server = DashboardServer(Source(state, feed, args.title), args.bind, args.port)
+        try:
+            server.start()
+        except DashboardError as error:
+            feed.stop()
+            raise DashboardStartError(str(error)) from None
+        print(f"dashboard: {server.url} (Redis prefix {settings.redis_key_prefix})", flush=True)
+        stop.wait()
+        server.stop()
         feed.stop()
-        raise DashboardStartError(str(error)) from None
-    print(f"dashboard: {server.url} (Redis prefix {settings.redis_key_prefix})", flush=True)
-    stop.wait()
-    server.stop()
-    feed.stop()
-    state.close()
+        state.close()
     return 0
 
 

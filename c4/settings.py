@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     stack_controller_port: int = Field(default=9093, ge=1, le=65535)
     stack_redis_port: int = Field(default=6379, ge=1, le=65535)
     stack_kafka_heap_mb: int = Field(default=512, ge=128)
+    # The local Slurm cluster (`c4 stack up --slurm`): slurmctld's port, then one per slurmd.
+    stack_slurm_port: int = Field(default=16817, ge=1, le=65000)
+    stack_slurm_nodes: int = Field(default=4, ge=1, le=64)
 
     def kafka_client_config(self) -> dict[str, Any]:
         """librdkafka configuration shared by every producer, consumer and admin client."""

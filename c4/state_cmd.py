@@ -49,7 +49,7 @@ def _plural(kind: str) -> str:
 
 def _load(args: argparse.Namespace, state: RedisState, settings: Settings) -> int:
     topology = load_document(args.topology, "topology", Topology)
-    counts = state.load_topology(topology)
+    counts = state.components.load_topology(topology)
     summary = ", ".join(f"{count} {_plural(kind)}" for kind, count in counts.items())
     print(f"loaded {args.topology} under {settings.redis_key_prefix}: {summary}")
     return 0
@@ -61,7 +61,7 @@ def _spare(args: argparse.Namespace, state: RedisState, settings: Settings) -> i
     for node in args.nodes:
         now = time.time_ns()
         try:
-            answer = state.add_spare(node, now, now // 1_000_000, _actor())
+            answer = state.components.add_spare(node, now, now // 1_000_000, _actor())
         except ActionsError as error:
             print(f"{node}: {error}")
             code = 1
@@ -99,18 +99,20 @@ def _show(args: argparse.Namespace, state: RedisState, settings: Settings) -> in
 
 def _release(args: argparse.Namespace, state: RedisState, settings: Settings) -> int:
     now = time.time_ns()
-    answer = state.release(args.id, now, now // 1_000_000, _actor())
+    answer = state.components.release(args.id, now, now // 1_000_000, _actor())
     if answer.outcome not in {"ok", "same"}:
         message = f"{args.id} not released: {answer.outcome} {answer.state}".rstrip()
         raise StateCommandError(message)
-    kind = state.kind_of(args.id) or "component"
+    kind = state.components.kind_of(args.id) or "component"
     print(f"{kind} {args.id} released (epoch {answer.epoch})")
     detail: dict[str, JsonValue] = {"kind": kind, "epoch": answer.epoch, "actor": _actor()}
     outbox = Outbox(settings.kafka_client_config(), settings.topic_prefix)
     plans = PlanStore(state.client, f"{state.keys.prefix}:plan:")
     try:
         # A link the reroute keeps out of the plan is usable again only once a plan says so.
-        back = give_back(state, plans, _Flushing(outbox), kind, args.id, now, _actor())
+        back = give_back(
+            state.components, state.jobs, plans, _Flushing(outbox), kind, args.id, now, _actor()
+        )
     except ActionsError as error:
         message = f"released in Redis (audited), but not given back to the route plan: {error}"
         raise StateCommandError(message) from None
@@ -157,7 +159,7 @@ class _Flushing:
 
 def _audit(args: argparse.Namespace, state: RedisState, settings: Settings) -> int:
     del settings
-    for entry in state.audit(args.count):
+    for entry in state.audit.entries(args.count):
         print(orjson.dumps(entry).decode())
     return 0
 

@@ -1,4 +1,5 @@
-"""``c4 topology gen``: write a standard leaf-spine fabric as a v1 topology file."""
+"""``c4 topology gen``: write a standard leaf-spine fabric as a v1 topology file;
+``c4 topology slurm-conf``: Slurm's topology.conf from one."""
 
 from __future__ import annotations
 
@@ -6,8 +7,12 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from c4 import C4Error
+from c4.inputs import load_document
 from schemas.codec import encode
+from schemas.files import Topology
 from topology.generate import DEFAULT_NODES_PER_LEAF, Shape, ShapeError, generate
+from topology.slurm_conf import render_topology_conf
 
 if TYPE_CHECKING:
     from c4.settings import Settings
@@ -32,6 +37,16 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"c4: error: {error}", file=sys.stderr)
         return 2
     return write_output(args.out, data)
+
+
+def _slurm_conf(args: argparse.Namespace, settings: Settings) -> int:
+    del settings
+    try:
+        topology = load_document(args.topology, "topology", Topology)
+    except C4Error as error:
+        print(f"c4: error: {error}", file=sys.stderr)
+        return 2
+    return write_output(args.out, render_topology_conf(topology).encode())
 
 
 def write_output(target: str, data: bytes) -> int:
@@ -77,3 +92,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     gen.add_argument("--gpus", type=int, default=8, help="GPUs per node (default 8)")
     gen.add_argument("--out", default="-", help="output file, or - for stdout (default)")
     gen.set_defaults(handler=_run)
+    conf = actions.add_parser(
+        "slurm-conf",
+        help="write Slurm's topology.conf (topology/tree) from a v1 topology",
+        description=(
+            "One line per leaf with its nodes, per spine with its leaves: Slurm's topology-aware "
+            "placement then keeps a job's nodes under few leaves."
+        ),
+    )
+    conf.add_argument("--topology", required=True, help="v1 topology file")
+    conf.add_argument("--out", default="-", help="output file, or - for stdout (default)")
+    conf.set_defaults(handler=_slurm_conf)

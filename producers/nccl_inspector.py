@@ -144,9 +144,7 @@ def to_messages(
         for first in range(0, len(items), MAX_ITEMS):
             part = items[first : first + MAX_ITEMS]
             messages.append(
-                Collective(
-                    v=1,
-                    kind="collective",
+                Collective.of(
                     job=job,
                     comm=comm,
                     comm_size=size,
@@ -229,9 +227,7 @@ def to_heartbeat(
     job: str, comm: str, size: int, rank: int, ts_ns: int, node: str | None
 ) -> Collective:
     """A message with empty ops: the rank is alive and issued nothing new."""
-    return Collective(
-        v=1,
-        kind="collective",
+    return Collective.of(
         job=job,
         comm=comm,
         comm_size=size,

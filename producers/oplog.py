@@ -83,9 +83,7 @@ class OpRecorder:
         self, log: CommLog, ts_ns: int, chosen: list[tuple[list[object], int | None]]
     ) -> Collective:
         enters = [_as_int(record[ENTER]) for record, _ in chosen]
-        return Collective(
-            v=1,
-            kind="collective",
+        return Collective.of(
             job=self.job,
             comm=log.comm,
             comm_size=log.comm_size,

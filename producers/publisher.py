@@ -15,6 +15,7 @@ keeps the order the messages were published in.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -52,16 +53,6 @@ class DeliveryCounts:
 
 
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
-
-
-def is_heartbeat_value(value: bytes) -> bool:
-    """Whether an encoded message is a heartbeat (a collective whose ops are empty), or a
-    batch of nothing else."""
-    if value.startswith(b'{"v":1,"kind":"collective",'):
-        return b'"seq":[]' in value
-    if value.startswith(b'{"v":1,"kind":"collectives",'):
-        return value.count(b'"seq":[') == value.count(b'"seq":[]')
-    return False
 
 
 def is_heartbeat(message: C4Model) -> bool:
@@ -102,6 +93,9 @@ class Publisher:
         self._progress_at = monotonic()  # last produce into an empty queue, or last ack
         self._acked_at = 0.0
         self._purged: list[Record] | None = None  # collects what close() takes back
+        self._on_delivery = {
+            flag: functools.partial(self._delivered, flag) for flag in (False, True)
+        }
         self.counts = DeliveryCounts()
 
     @property
@@ -135,7 +129,10 @@ class Publisher:
     def _produce(self, record: Record) -> None:
         if len(self._producer) == 0:
             self._progress_at = self._monotonic()
-        produce_waiting(self._producer, record.topic, record.value, record.key, self._delivered)
+        # The heartbeat flag rides with the delivery report (librdkafka holds the bytes):
+        # a record purged by close() goes back to the spool flagged as it was queued.
+        on_delivery = self._on_delivery[record.heartbeat]
+        produce_waiting(self._producer, record.topic, record.value, record.key, on_delivery)
 
     def service(self) -> None:
         """Serve delivery reports; notice an outage or its end; replay the spool when up."""
@@ -182,11 +179,11 @@ class Publisher:
         self.counts.dropped_heartbeats = self._spool.counts.dropped_heartbeats
         self.counts.dropped_records = self._spool.counts.dropped_records
 
-    def _delivered(self, error: KafkaError | None, record: Message) -> None:
+    def _delivered(self, heartbeat: bool, error: KafkaError | None, record: Message) -> None:
         if error is not None and self._purged is not None and error.code() in _PURGED:
             topic, key, value = record.topic(), record.key(), record.value()
             if topic is not None and value is not None:
-                self._purged.append(Record(topic, key or b"", value, is_heartbeat_value(value)))
+                self._purged.append(Record(topic, key or b"", value, heartbeat))
             return
         if error is None:
             self.counts.delivered += 1

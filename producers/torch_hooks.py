@@ -1,6 +1,7 @@
 """PyTorch instrumentation: every collective and point-to-point operation, one call to start.
 
-    from producers.torch_hooks import instrument, folder_sink
+    from producers.torch_hooks import instrument
+    from producers.torch_sinks import folder_sink
     instrument("job-42", sink=folder_sink("/run/c4/torch", "job-42.rank3"))
 
 Hooks are registered on every process group (c10d's pre/post hooks, run by c10d itself,
@@ -23,7 +24,8 @@ The communicator id is the process group's global name (the same on all members,
 members create groups in the same order); ``seq`` counts the group's operations on every
 member alike. Point-to-point operations go to the pair's communicator
 ``<name>:p2p:<lo>-<hi>`` (global ranks) with a per-pair ``seq``. torch is imported only
-here, and only when `instrument` is called.
+here and in `producers.torch_groups` (c10d's op names, groups created later), and only when
+`instrument` is called; the sinks are `producers.torch_sinks`.
 """
 
 from __future__ import annotations
@@ -35,17 +37,25 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from producers import ProducerError
-from producers.handoff import FolderSink
 from producers.oplog import END, CommLog, OpRecorder
+from producers.torch_groups import hook_ops, stop_watching, watch_new_groups
+from producers.torch_sinks import folder_sink, kafka_sink
 from producers.torch_taps import NativeHooks, NativeUnavailable, Tap, load_native
-from schemas.base import C4Model
 from schemas.messages import Collective, OpName
+
+__all__ = [
+    "Completion",
+    "InstrumentationError",
+    "TorchInstrumentation",
+    "folder_sink",
+    "instrument",
+    "kafka_sink",
+]
 
 Sink = Callable[[list[Collective]], None]
 Completion = Literal["auto", "future", "poll"]
@@ -54,34 +64,9 @@ NATIVE_POLL_S = 0.0005  # the C++ poller's period: no GIL taken, but each wake-u
 PYTHON_POLL_S = 0.001  # the Python poller's: it takes the GIL every time
 HOOK_ID = 0x_C4  # the id our hooks are registered under on every process group
 
-# c10d's HookOpName members -> the contract's op (gather and scatter have none: not recorded)
-HOOK_OPS: dict[str, OpName] = {
-    "SEND": "send",
-    "RECV": "recv",
-    "BROADCAST": "broadcast",
-    "ALLREDUCE": "allreduce",
-    "ALLREDUCE_COALESCED": "allreduce",
-    "REDUCE": "reduce",
-    "ALLGATHER": "allgather",
-    "ALLGATHER_BASE": "allgather",
-    "ALLGATHER_COALESCED": "allgather",
-    "ALLGATHER_INTO_TENSOR_COALESCED": "allgather",
-    "REDUCE_SCATTER": "reducescatter",
-    "REDUCE_SCATTER_BASE": "reducescatter",
-    "REDUCE_SCATTER_TENSOR_COALESCED": "reducescatter",
-    "ALLTOALL": "alltoall",
-    "ALLTOALL_BASE": "alltoall",
-    "BARRIER": "barrier",
-}
-
 
 class InstrumentationError(ProducerError):
     """The training process cannot be instrumented (torch too old, no torch.distributed)."""
-
-
-def folder_sink(folder: str | Path, name: str) -> Callable[[Iterable[C4Model]], None]:
-    """A sink appending JSON lines to ``folder/<name>.jsonl`` for ``c4 agent --handoff``."""
-    return FolderSink(Path(folder), name)
 
 
 def _finished(record: list[object], _future: object) -> None:
@@ -133,11 +118,7 @@ class TorchInstrumentation:
         self.recorder = OpRecorder(job, node, gpu)
         self._sink = sink
         self.interval_s = interval_s
-        self._ops: dict[Any, OpName] = {
-            getattr(c10d_hook_names(), name): op
-            for name, op in HOOK_OPS.items()
-            if hasattr(c10d_hook_names(), name)
-        }
+        self._ops: dict[Any, OpName] = hook_ops()
         self._op_codes: dict[int, OpName] = {int(name): op for name, op in self._ops.items()}
         self._taps: list[_Tapped] = []
         self._attached: dict[str, Any] = {}
@@ -172,8 +153,7 @@ class TorchInstrumentation:
         if self._dist.is_initialized():
             for group in list(self._c10d._world.pg_map):
                 self.attach(group)
-        _GROUP_WATCHERS.append(self.attach)
-        _watch_new_groups(self._c10d)
+        watch_new_groups(self._c10d, self.attach)
         self._thread.start()
         return self
 
@@ -408,8 +388,7 @@ class TorchInstrumentation:
             work, record = self._polled.popleft()
             if record[END] is None and work.is_completed():
                 record[END] = now
-        if self.attach in _GROUP_WATCHERS:
-            _GROUP_WATCHERS.remove(self.attach)
+        stop_watching(self.attach)
         now = time.time_ns()  # the training returned from every call: its operations ended
         for tapped in self._taps:
             tapped.tap.end_blind(now)
@@ -433,35 +412,6 @@ def _pair(
     log = recorder.comm(f"{name}:p2p:{low}-{high}", 2, 0 if me == low else 1, me)
     pairs[peer] = log
     return log
-
-
-def c10d_hook_names() -> Any:
-    """c10d's HookOpName enum."""
-    from torch._C import _distributed_c10d
-
-    return _distributed_c10d.HookOpName
-
-
-_GROUP_WATCHERS: list[Callable[[Any, list[int] | None], None]] = []
-_WATCHING: dict[str, bool] = {}
-
-
-def _watch_new_groups(c10d: Any) -> None:
-    """Wrap c10d's group factory once, so every group created later is hooked at birth."""
-    if _WATCHING.get("helper"):
-        return
-    original = c10d._new_process_group_helper
-
-    @functools.wraps(original)
-    def helper(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        members = kwargs.get("global_ranks_in_group", args[2] if len(args) > 2 else None)
-        for watcher in list(_GROUP_WATCHERS):
-            watcher(result[0], list(members) if members is not None else None)
-        return result
-
-    c10d._new_process_group_helper = helper
-    _WATCHING["helper"] = True
 
 
 def instrument(
@@ -492,25 +442,3 @@ def instrument(
     return TorchInstrumentation(
         job, sink, interval_s, host, gpu, completion, poll_s=poll_s, native=native
     ).start()
-
-
-def kafka_sink(
-    client_config: Mapping[str, Any], topic_prefix: str = "", spool_dir: str | Path | None = None
-) -> Callable[[list[Collective]], None]:
-    """A sink publishing from the training process itself (spooling to disk while Kafka is away)."""
-    from producers.publisher import Publisher
-    from producers.spool import DiskSpool
-
-    spool = DiskSpool(Path(spool_dir)) if spool_dir is not None else None
-    publisher = Publisher(client_config, topic_prefix, spool)
-
-    class _KafkaSink:
-        def __call__(self, messages: list[Collective]) -> None:
-            for message in messages:
-                publisher.publish(message)
-            publisher.service()
-
-        def close(self) -> None:
-            publisher.close()
-
-    return _KafkaSink()

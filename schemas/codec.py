@@ -22,9 +22,10 @@ from schemas.messages import (
     Gpu,
     Job,
     Link,
+    Member,
     Route,
 )
-from schemas.topics import FABRIC_KEY, TOPICS_BY_KIND, KeyRule
+from schemas.topics import FABRIC_KEY, TOPICS_BY_KIND, KeyRule, reads_as
 
 VERSION = 1
 # Kafka's default message.max.bytes is ~1 MiB; anything far above it is not a v1 message.
@@ -38,6 +39,7 @@ MESSAGE_MODELS: dict[str, type[C4Model]] = {
     "link": Link,
     "gpu": Gpu,
     "job": Job,
+    "member": Member,
     "diagnosis": Diagnosis,
     "action": Action,
     "route": Route,
@@ -124,7 +126,7 @@ def decode_object(obj: Any, kind: str | None = None) -> C4Model | Rejection:
         return Rejection(RejectCode.MISSING_FIELD, "kind", "required field missing")
     if not isinstance(found, str) or found not in MODELS:
         return Rejection(RejectCode.UNKNOWN_KIND, "kind", f"unknown kind {_show(found)}")
-    if kind is not None and found != kind:
+    if kind is not None and not reads_as(found, kind):
         return Rejection(RejectCode.WRONG_KIND, "kind", f"expected {kind!r}, got {found!r}")
     try:
         return MODELS[found].model_validate(obj)

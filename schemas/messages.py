@@ -40,6 +40,7 @@ DiagnosisClass = Literal[
     "link_degraded",
     "gpu_fault",
     "node_down",
+    "ranks_missing",
 ]
 SuspectType = Literal["rank", "node", "gpu", "port", "link", "switch"]
 ActionName = Literal["isolate", "restart", "reroute", "alert", "release"]
@@ -170,6 +171,41 @@ class Collective(C4Model):
                         f"{name} needs a two-member communicator, comm_size is {self.comm_size}",
                     )
         return self
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        job: str,
+        comm: str,
+        comm_size: int,
+        rank: int,
+        global_rank: int,
+        ts_ns: int,
+        ops: Ops,
+        node: str | None = None,
+        gpu: int | None = None,
+        conns: Conns | None = None,
+        trusted: bool = False,
+    ) -> Collective:
+        """A v1 collective message (``v`` and ``kind`` filled in), validated; ``trusted``:
+        built without validation (``model_construct``), for values known to be valid (the
+        simulator's hot path)."""
+        make = cls.model_construct if trusted else cls
+        return make(
+            v=1,
+            kind="collective",
+            job=job,
+            comm=comm,
+            comm_size=comm_size,
+            rank=rank,
+            global_rank=global_rank,
+            node=node,
+            gpu=gpu,
+            ts_ns=ts_ns,
+            ops=ops,
+            conns=conns,
+        )
 
 
 def not_the_batch_job(job: str, batch_job: str) -> str:
@@ -390,3 +426,47 @@ class Deadletter(C4Model):
     ts_ns: Nanos
     error: Text
     payload: Text
+
+
+# One Slurm or Kubernetes allocation: far more nodes than any cluster has.
+MAX_JOB_NODES = 65536
+
+
+class Member(C4Model):
+    """One rank of a job says where it runs (its process group is up); placements are built
+    from these."""
+
+    model_config = C4Model.model_config | {
+        "json_schema_extra": {"x-c4-rules": ["rank < world_size", "job_nodes are unique"]}
+    }
+
+    v: Literal[1]
+    kind: Literal["member"]
+    job: Id
+    ts_ns: Nanos
+    rank: NonNegInt
+    world_size: PositiveInt
+    node: Id
+    host: Id | None = None
+    local_rank: NonNegInt | None = None
+    gpu: NonNegInt | None = None
+    gpu_uuid: Id | None = None
+    port: Id | None = None
+    restart: NonNegInt = 0
+    job_nodes: tuple[Id, ...] | None = Field(default=None, max_length=MAX_JOB_NODES)
+
+    @model_validator(mode="after")
+    def _check_rank(self) -> Self:
+        if self.rank >= self.world_size:
+            broken_rule("rank", f"{self.rank} >= world_size {self.world_size}")
+        if self.job_nodes is not None:
+            seen: set[str] = set()
+            for index, node in enumerate(self.job_nodes):
+                if node in seen:
+                    broken_rule(f"job_nodes[{index}]", f"{node!r} listed twice")
+                seen.add(node)
+        return self
+
+    def place(self) -> RankPlace:
+        """This rank's place in the job's placement."""
+        return RankPlace(rank=self.rank, node=self.node, gpu=self.gpu, port=self.port)

@@ -21,7 +21,8 @@ class Topic:
     """One v1 topic: its name, the kind of message on it and its key rule.
 
     ``batch_kind`` names the kind that packs several messages of ``kind`` into one record
-    (the same topic and key), where the contract has one.
+    (the same topic and key), where the contract has one; ``other_kinds`` are further kinds
+    the contract's additions put on the topic, with the same key rule.
     """
 
     name: str
@@ -29,11 +30,13 @@ class Topic:
     key: KeyRule
     written_by: str
     batch_kind: str | None = None
+    other_kinds: tuple[str, ...] = ()
 
     @property
     def kinds(self) -> tuple[str, ...]:
         """Every kind a record of this topic may be."""
-        return (self.kind,) if self.batch_kind is None else (self.kind, self.batch_kind)
+        batch = () if self.batch_kind is None else (self.batch_kind,)
+        return (self.kind, *batch, *self.other_kinds)
 
 
 COLLECTIVE = Topic(
@@ -41,7 +44,13 @@ COLLECTIVE = Topic(
 )
 LINK = Topic("c4.link.v1", "link", KeyRule.NODE, "node agents")
 GPU = Topic("c4.gpu.v1", "gpu", KeyRule.NODE, "node agents")
-JOB = Topic("c4.job.v1", "job", KeyRule.JOB, "job launchers, restart action")
+JOB = Topic(
+    "c4.job.v1",
+    "job",
+    KeyRule.JOB,
+    "job launchers, restart action, instrumented ranks",
+    other_kinds=("member",),
+)
 DIAGNOSIS = Topic("c4.diagnosis.v1", "diagnosis", KeyRule.JOB_OR_FABRIC, "stream processors")
 ACTION = Topic("c4.action.v1", "action", KeyRule.TARGET, "action workers (audit trail)")
 ROUTE = Topic("c4.route.v1", "route", KeyRule.NODE, "reroute action")
@@ -61,6 +70,19 @@ TOPICS_BY_NAME: dict[str, Topic] = {topic.name: topic for topic in ALL_TOPICS}
 TOPICS_BY_KIND: dict[str, Topic] = {kind: topic for topic in ALL_TOPICS for kind in topic.kinds}
 
 FABRIC_KEY = "fabric"
+
+
+def reads_as(found: str, expected: str) -> bool:
+    """Whether a reader of ``expected`` takes a message of kind ``found``: the same kind, or
+    another kind of the same topic. Batches aside: `schemas.records` takes those apart."""
+    if found == expected:
+        return True
+    topic = TOPICS_BY_KIND.get(expected)
+    return (
+        topic is not None
+        and TOPICS_BY_KIND.get(found) is topic
+        and topic.batch_kind not in (found, expected)
+    )
 
 
 @dataclass(frozen=True, slots=True)

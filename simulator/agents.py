@@ -200,9 +200,7 @@ class NodeAgent:
                     bytes=(out_bytes, in_bytes),
                     busy_ns=(out_busy, in_busy),
                 )
-        return Collective.model_construct(
-            v=1,
-            kind="collective",
+        return Collective.of(
             job=member.job,
             comm=comm.id,
             comm_size=size,
@@ -219,6 +217,7 @@ class NodeAgent:
                 end_ns=tuple(ends),
             ),
             conns=conns,
+            trusted=True,
         )
 
     def _stuck(self, run: OpRun, idx: int, ts: int) -> tuple[int, frozenset[int]]:

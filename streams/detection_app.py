@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import faust
 import orjson
 from aiokafka.partitioner import murmur2
 from faust.streams import current_event
+from faust.types import TP, TableT
 
 from schemas.base import C4Model
 from schemas.codec import encode
@@ -36,8 +37,8 @@ from schemas.topics import ALL_TOPICS, FABRIC_KEY
 from streams.app import INPUT_TOPICS, create_app
 from streams.core.engine import Engine
 from streams.core.fabric import FabricHub
-from streams.core.job import SlowPath
 from streams.core.params import DetectorParams
+from streams.core.slowpath import SlowPath
 from streams.core.snapshot import SnapshotError, base_key, read_snapshot, write_snapshot
 from streams.durable import DurableDetection
 from streams.live import InputLag, LiveDetection
@@ -109,51 +110,219 @@ class DetectionWorker:
     metrics: StreamMetrics
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerTopics:
+    """A worker's topic names by kind, and which partition a key's records go to."""
+
+    names: Mapping[str, str]
+    partitions: int
+    kind_of_topic: Mapping[str, str]  # input topic name -> its kind
+    fabric_paths: str  # the internal topic of the jobs' changed slow paths
+
+    @classmethod
+    def of(cls, config: DetectionConfig) -> WorkerTopics:
+        """The topics of a worker: the v1 names, renamed as the config says."""
+        names = {topic.kind: topic.name for topic in ALL_TOPICS}
+        names.update(config.topic_names)
+        kind_of_topic = {names[topic.kind]: topic.kind for topic in INPUT_TOPICS}
+        return cls(names, config.partitions, kind_of_topic, f"{config.app_id}-fabric-paths")
+
+    def partition(self, key: str | bytes) -> int:
+        """The partition of a key in every input topic."""
+        return partition_of(key, self.partitions)
+
+    def owner_tp(self, kind: str, key: str) -> TP:
+        """The topic partition whose owner holds a job's (or a node's) state."""
+        topic = self.names["collective"] if kind == "job" else self.names["link"]
+        return TP(topic, self.partition(key))
+
+    def revoked_of(self, revoked: Iterable[TP], kind: str) -> set[int]:
+        """The partitions of the ``kind`` topic among revoked topic partitions."""
+        return {tp.partition for tp in revoked if tp.topic == self.names[kind]}
+
+
+@dataclass(frozen=True, slots=True)
+class StateTables:
+    """The changelog-backed tables of a worker: raw bytes keys and values."""
+
+    jobs: TableT[bytes, bytes]
+    nodes: TableT[bytes, bytes]
+    fabric: TableT[bytes, bytes]
+    shared: TableT[bytes, bytes]  # a global table
+
+    @classmethod
+    def create(cls, app: faust.App, partitions: int) -> StateTables:
+        """The app's tables (Faust creates their changelog topics)."""
+        # bytes keys and values: raw on the changelog, so a key hashes to the same partition
+        # as the job's (or node's) messages.
+        raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes}
+        job_states = app.Table("job-state", partitions=partitions, **raw)
+        node_states = app.Table("node-state", partitions=partitions, **raw)
+        fabric_state = app.Table("fabric-state", partitions=1, **raw)
+        # One partition and a recovery buffer of one: Faust's advice for global tables
+        # shared by several workers (larger settings can loop in recovery). Every worker
+        # writes to it and must read the others' writes continuously, not only at start-up:
+        # synchronize_all_active_partitions keeps its partition a standby everywhere.
+        shared = app.GlobalTable(
+            "shared-facts",
+            partitions=1,
+            recovery_buffer_size=1,
+            synchronize_all_active_partitions=True,
+            **raw,
+        )
+        return cls(job_states, node_states, fabric_state, shared)
+
+
 def create_detection_app(
     config: DetectionConfig,
     metrics: StreamMetrics | None = None,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> DetectionWorker:
     """A Faust app that detects, keeps its state in tables and publishes diagnoses."""
-    metrics = metrics or StreamMetrics()
-    if "datadir" in config.app_settings:
-        # Faust creates only the last level of its data folder.
-        Path(str(config.app_settings["datadir"])).mkdir(parents=True, exist_ok=True)
-    names = {topic.kind: topic.name for topic in ALL_TOPICS}
-    names.update(config.topic_names)
-    holder: dict[str, Any] = {}
-    fabric_topic_name = f"{config.app_id}-fabric-paths"
-    lag = InputLag(lambda key: partition_of(key, config.partitions))
-    kind_of_topic = {names[topic.kind]: topic.kind for topic in INPUT_TOPICS}
+    flow = DetectionFlow(config, metrics or StreamMetrics(), monotonic)
+    return DetectionWorker(flow.app, flow.durable, flow.hub, flow.metrics)
 
-    def owns(kind: str, key: str) -> bool:
-        topic = names["collective"] if kind == "job" else names["link"]
-        tp = faust.types.TP(topic, partition_of(key, config.partitions))
-        return tp in holder["app"].consumer.assignment()
 
-    async def publish(found: list[Diagnosis]) -> None:
+class DetectionFlow:
+    """One detection worker at run time: records in, diagnoses and slow paths out.
+
+    Its methods are the app's handlers: ``feed`` (every decoded input record), ``tick``
+    (the timer), ``correlate`` (the agent of the ``fabric-paths`` topic) and ``forget``
+    (partitions revoked). Built in dependency order: the app takes the handlers, the tables
+    come from the app, the detection from the tables; no handler runs before the app starts.
+    """
+
+    def __init__(
+        self, config: DetectionConfig, metrics: StreamMetrics, monotonic: Callable[[], float]
+    ) -> None:
+        if "datadir" in config.app_settings:
+            # Faust creates only the last level of its data folder.
+            Path(str(config.app_settings["datadir"])).mkdir(parents=True, exist_ok=True)
+        self.metrics = metrics
+        self._monotonic = monotonic
+        self._lag_at = 0.0  # when consumer lag was last recorded (monotonic)
+        self.topics = topics = WorkerTopics.of(config)
+        self.lag = InputLag(topics.partition)
+        self.app = _app(config, topics, self.feed, metrics)
+        tables = StateTables.create(self.app, config.partitions)
+        self.facts = TableFacts(tables.shared)
+        engine = Engine(
+            config.params,
+            config.job_params,
+            config.topology,
+            shared=self.facts,
+            local_fabric=False,
+            progress=self.lag,
+        )
+        live = LiveDetection(engine, clock_rate=config.clock_rate, metrics=metrics)
+        self.durable = DurableDetection(
+            live,
+            tables.jobs,
+            tables.nodes,
+            self.owns,
+            snapshot_interval_s=config.snapshot_interval_s,
+            monotonic=monotonic,
+        )
+        self.hub = FabricHub(config.topology, config.params.tick_ns)
+        self._diagnoses = self.app.topic(
+            topics.names["diagnosis"],
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=config.partitions,
+        )
+        # Internal: Faust creates it (one partition: the correlator runs in one place).
+        self._fabric_paths = self.app.topic(
+            topics.fabric_paths,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=1,
+            internal=True,
+        )
+        self._fabric = _FabricSide(self.hub, tables.fabric, metrics)
+        self.app.agent(self._fabric_paths, name=f"{config.app_id}.fabric")(self.correlate)
+        self.app.timer(interval=config.tick_s)(self.tick)
+        self.app.on_partitions_revoked.connect(self.forget)
+
+    def owns(self, kind: str, key: str) -> bool:
+        """Whether this worker holds the partition of a job ("job") or a node now."""
+        return self.topics.owner_tp(kind, key) in self.app.consumer.assignment()
+
+    async def publish(self, found: list[Diagnosis]) -> None:
+        """Send diagnoses to the diagnosis topic, keyed by job (or the fabric's key)."""
         for diagnosis in found:
             key = diagnosis.job if diagnosis.job is not None else FABRIC_KEY
-            await holder["diagnoses"].send(key=key.encode(), value=encode(diagnosis))
+            await self._diagnoses.send(key=key.encode(), value=encode(diagnosis))
 
-    async def feed(key: str | None, message: C4Model) -> None:
+    async def feed(self, key: str | None, message: C4Model) -> None:
+        """One decoded input record: note its offset, detect, share its facts, publish."""
         event = current_event()
         if event is not None:
-            lag.record(
+            self.lag.record(
                 event.message.tp,
                 event.message.offset,
-                kind_of_topic.get(event.message.tp.topic, ""),
+                self.topics.kind_of_topic.get(event.message.tp.topic, ""),
                 int(getattr(message, "ts_ns", 0)),
             )
-        found = holder["durable"].on_message(message)
-        holder["facts"].learn(message, holder["durable"].engine)
-        await publish(found)
+        found = self.durable.on_message(message)
+        self.facts.learn(message, self.durable.engine)
+        await self.publish(found)
 
-    app = create_app(
+    async def correlate(self, stream: Any) -> None:
+        """The ``fabric-paths`` agent: every worker's slow paths into the correlator."""
+        async for value in stream:
+            await self.publish(self._fabric.on_report(value))
+
+    async def tick(self) -> None:
+        """The timer: progress, the detectors' timers, changed slow paths, consumer lag."""
+        topics = self.topics
+        await _measure_progress(
+            self.app, self.lag, topics.kind_of_topic, self.facts, topics.partitions
+        )
+        found = self.durable.on_timer()
+        await self.publish(found)
+        await self._report_paths()
+        if self._monotonic() - self._lag_at >= LAG_EVERY_S:
+            self._lag_at = self._monotonic()
+            await _record_lag(self.app, self.metrics)
+
+    async def _report_paths(self) -> None:
+        """Send the jobs' slow paths that changed, and the clock, to the correlator."""
+        engine = self.durable.engine
+        changed = engine.drain_slow_paths()
+        report = {
+            "now_ns": engine.now_ns,
+            "paths": {job: [_path_row(p) for p in paths] for job, paths in changed.items()},
+        }
+        if report["now_ns"]:
+            await self._fabric_paths.send(key=FABRIC_STATE_KEY, value=orjson.dumps(report))
+
+    async def forget(self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        """Partitions revoked: hand their jobs, nodes (and the correlator) over."""
+        revoked = args[0] if args else kwargs.get("revoked", set())
+        topics, durable = self.topics, self.durable
+        self.lag.reset()
+        gone = topics.revoked_of(revoked, "collective")
+        gone_nodes = topics.revoked_of(revoked, "link")
+        durable.on_revoked("job", [j for j in durable.held("job") if topics.partition(j) in gone])
+        durable.on_revoked(
+            "node", [n for n in durable.held("node") if topics.partition(n) in gone_nodes]
+        )
+        if any(tp.topic == topics.fabric_paths for tp in revoked):
+            self._fabric.revoke()
+
+
+def _app(
+    config: DetectionConfig,
+    topics: WorkerTopics,
+    feed: Callable[[str | None, C4Model], Awaitable[None]],
+    metrics: StreamMetrics,
+) -> faust.App:
+    """The Faust app of a worker: decoding agents that hand every input record to ``feed``."""
+    return create_app(
         config.app_id,
         config.broker,
         partitions=config.partitions,
-        topic_names=names,
+        topic_names=topics.names,
         handlers={topic.kind: feed for topic in INPUT_TOPICS},
         on_reject=lambda topic, rejection: metrics.rejected.labels(
             topic, rejection.code.value
@@ -170,99 +339,6 @@ def create_detection_app(
             **config.app_settings,
         },
     )
-    holder["app"] = app
-    # bytes keys and values: raw on the changelog, so a key hashes to the same partition
-    # as the job's (or node's) messages.
-    raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes}
-    job_states = app.Table("job-state", partitions=config.partitions, **raw)
-    node_states = app.Table("node-state", partitions=config.partitions, **raw)
-    fabric_state = app.Table("fabric-state", partitions=1, **raw)
-    # One partition and a recovery buffer of one: Faust's advice for global tables shared
-    # by several workers (larger settings can loop in recovery). Every worker writes to it
-    # and must read the others' writes continuously, not only at start-up:
-    # synchronize_all_active_partitions keeps its partition a standby everywhere.
-    shared = app.GlobalTable(
-        "shared-facts",
-        partitions=1,
-        recovery_buffer_size=1,
-        synchronize_all_active_partitions=True,
-        **raw,
-    )
-    facts = TableFacts(shared)
-    engine = Engine(
-        config.params,
-        config.job_params,
-        config.topology,
-        shared=facts,
-        local_fabric=False,
-        progress=lag,
-    )
-    live = LiveDetection(engine, clock_rate=config.clock_rate, metrics=metrics)
-    durable = DurableDetection(
-        live,
-        job_states,
-        node_states,
-        owns,
-        snapshot_interval_s=config.snapshot_interval_s,
-        monotonic=monotonic,
-    )
-    hub = FabricHub(config.topology, config.params.tick_ns)
-    holder.update(durable=durable, facts=facts)
-    holder["diagnoses"] = app.topic(
-        names["diagnosis"],
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=config.partitions,
-    )
-    # Internal: Faust creates it (one partition: the correlator runs in one place).
-    fabric_paths = app.topic(
-        fabric_topic_name,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=1,
-        internal=True,
-    )
-    fabric = _FabricSide(hub, fabric_state, metrics)
-
-    @app.agent(fabric_paths, name=f"{config.app_id}.fabric")
-    async def correlate(stream: Any) -> None:
-        async for value in stream:
-            await publish(fabric.on_report(value))
-
-    async def tick() -> None:
-        await _measure_progress(app, lag, kind_of_topic, facts, config.partitions)
-        found = durable.on_timer()
-        await publish(found)
-        changed = durable.engine.drain_slow_paths()
-        report = {
-            "now_ns": durable.engine.now_ns,
-            "paths": {job: [_path_row(p) for p in paths] for job, paths in changed.items()},
-        }
-        if report["now_ns"]:
-            await fabric_paths.send(key=FABRIC_STATE_KEY, value=orjson.dumps(report))
-        if monotonic() - holder.get("lag_at", 0.0) >= LAG_EVERY_S:
-            holder["lag_at"] = monotonic()
-            await _record_lag(app, metrics)
-
-    app.timer(interval=config.tick_s)(tick)
-
-    @app.on_partitions_revoked.connect
-    async def forget(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        revoked = args[0] if args else kwargs.get("revoked", set())
-        lag.reset()
-        gone = {tp.partition for tp in revoked if tp.topic == names["collective"]}
-        gone_nodes = {tp.partition for tp in revoked if tp.topic == names["link"]}
-        durable.on_revoked(
-            "job", [j for j in durable.held("job") if partition_of(j, config.partitions) in gone]
-        )
-        durable.on_revoked(
-            "node",
-            [n for n in durable.held("node") if partition_of(n, config.partitions) in gone_nodes],
-        )
-        if any(tp.topic == fabric_topic_name for tp in revoked):
-            fabric.revoke()
-
-    return DetectionWorker(app, durable, hub, metrics)
 
 
 def _path_row(path: SlowPath) -> list[str | int | None]:

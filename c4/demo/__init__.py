@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from c4 import C4Error
+
+# How the demo's modules report progress: one line at a time, to the terminal or a test.
+Say = Callable[[str], None]
 
 
 class DemoError(C4Error):

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from c4.demo import DemoError
-from c4.demo.processes import Child, port_answers
+from c4.demo.processes import Child
 from c4.settings import Settings
-from c4.stack import stack_kill, stack_up
+from c4.stack import port_answers, stack_kill, stack_up
 
 TARGETS = ("streams worker", "actions worker", "node agent", "kafka", "redis")
 RESTART_AFTER_S = 1.0  # a crashed process is back after a second (a supervisor's restart)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from c4.demo import DemoError
+from c4.stack import port_answers
 
 STOP_GRACE_S = 20.0
 
@@ -23,15 +24,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def port_answers(port: int, timeout_s: float = 0.3) -> bool:
-    """Whether something accepts TCP connections on 127.0.0.1:port."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
 
 
 class Child:

@@ -6,32 +6,30 @@ subprocesses (logs in the report folder); the job launcher and the alert receive
 HTTP servers in this process; the simulator publishes live, paced in event time. The run
 ends with the timeline (per injected fault: diagnosis, detection latency, actions) and the
 HTML report, and stops everything it started (the local stack only if it started it).
+
+The pieces live beside it: `c4.demo.options` (what was asked, scenario and topology),
+`c4.demo.prepare` (stack, plan in force, actions config, topics), `c4.demo.workers`.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import orjson
 import redis
 import yaml
-from confluent_kafka.admin import AdminClient
 
 from actions.plan_store import PlanStore, PlanStoreError
-from actions.planner.reroute import CurrentPlan, job_flows
+from actions.planner.reroute import CurrentPlan
 from actions.state.store import RedisState
-from actions.worker import EXECUTORS
 from c4.dashboard.feed import Feed
-from c4.dashboard.model import link_loads
 from c4.dashboard.server import DashboardServer, Source
-from c4.demo import DemoError
+from c4.demo import DemoError, Say
 from c4.demo.audit import audit
 from c4.demo.chaos import (
     Chaos,
@@ -43,58 +41,39 @@ from c4.demo.chaos import (
     recovery_table,
 )
 from c4.demo.live_sim import HandoffOutlet, LiveSimulator
+from c4.demo.options import DemoOptions, demo_topology, load_demo_scenario, spare_nodes
 from c4.demo.pipeline_watch import PipelineWatch
-from c4.demo.processes import Child, free_port
+from c4.demo.prepare import actions_config, delete_topics, ensure_stack, simulator_plan
+from c4.demo.processes import Child
 from c4.demo.receivers import Receivers
 from c4.demo.report import WallClock, write_report
 from c4.demo.timeline import Timeline, build_timeline, format_rows, table, verdict
-from c4.inputs import load_document
+from c4.demo.workers import start_workers
 from c4.settings import Settings
 from c4.simulate_cmd import place
-from c4.stack import stack_down, stack_up
+from c4.stack import stack_down
 from c4.topics import create_topics
 from schemas.codec import encode
-from schemas.files import Plan, PlanPath, Topology
-from simulator import Scenario, ScenarioError, ground_truth, parse_scenario
+from schemas.files import Topology
+from simulator import Scenario, ScenarioError, ground_truth
 from simulator.cluster import Cluster
-from simulator.run import job_message
 from simulator.truth import Truth
-from topology.generate import Shape, ShapeError, generate
-from topology.model import Fabric
 
-HOOK_SECRET_ENV = "C4_DEMO_HOOK_SECRET"  # noqa: S105 - the name of the variable
+# The names `c4 demo` and the tests import from here; their homes are the modules above.
+__all__ = [
+    "DemoOptions",
+    "DemoRun",
+    "Outcome",
+    "demo_topology",
+    "load_demo_scenario",
+    "print_chaos",
+    "print_timeline",
+    "simulator_plan",
+]
+
 PARTITIONS = 2  # a demo on a laptop: fewer partitions, fewer Faust tasks
 PROGRESS_EVERY_S = 5.0
 PLAY_ON_S = 4.0  # wall seconds the simulator runs on once every fault was acted on
-LOCAL_HOSTS = ("127.0.0.1", "localhost")
-
-Say = Callable[[str], None]
-
-
-@dataclass(frozen=True, slots=True)
-class DemoOptions:
-    """What ``c4 demo`` was asked for."""
-
-    report: Path
-    scenario: str | None = None  # None: the built-in three-job scenario
-    topology: str | None = None  # None: generated (nodes x 8 GPUs x 8 dual-port NICs, 2 planes)
-    nodes: int = 32
-    spines: int = 4
-    duration: float | None = None  # None: the scenario's own
-    speed: float = 1.0
-    settle_s: float = 25.0  # after the simulator: how long to wait for the last actions
-    dashboard_port: int | None = 0  # None: no dashboard; 0: any free port
-    keep_topics: bool = False
-    # False: stop the simulator a few seconds after every fault was acted on. The simulator
-    # replays a scripted run and does not follow reroutes: played on, it would keep the
-    # rerouted connections slow and the detectors would rightly blame their new paths.
-    full: bool = False
-    setup_only: bool = False
-    # A number: the chaos run (c4.demo.chaos) with this seed. The simulated nodes then hand
-    # their records to a node agent process, and each process is killed once.
-    chaos_seed: int | None = None
-    chaos_first_s: tuple[float, float] = (6.0, 12.0)
-    chaos_pause_s: tuple[float, float] = (2.0, 8.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,137 +90,6 @@ class Outcome:
     def ok(self) -> bool:
         """Every fault diagnosed and acted on, nothing false, nothing twice, nothing leaked."""
         return self.timeline.passed and not self.problems
-
-
-def load_demo_scenario(path: str | None, duration: float | None) -> Scenario:
-    """The scenario file (or the built-in one), with ``duration`` replacing its length."""
-    if path is None:
-        data = resources.files("c4.demo").joinpath("scenario.json").read_bytes()
-        source = "built-in demo scenario"
-    else:
-        data = Path(path).read_bytes()
-        source = path
-    try:
-        scenario = parse_scenario(data, source)
-    except ScenarioError as error:
-        raise DemoError(str(error)) from None
-    if duration is not None:
-        scenario = scenario.model_copy(update={"duration_s": duration})
-    return scenario
-
-
-def demo_topology(options: DemoOptions) -> Topology:
-    """The topology file given, or a generated one."""
-    if options.topology is not None:
-        return load_document(options.topology, "topology", Topology)
-    try:
-        return generate(Shape(nodes=options.nodes, spines=options.spines, nics=8, planes=2))
-    except ShapeError as error:
-        raise DemoError(str(error)) from None
-
-
-def spare_nodes(cluster: Cluster) -> list[str]:
-    """The nodes no job runs on: the spare pool."""
-    busy = {node for job in cluster.jobs for node in job.nodes}
-    return [node.id for node in cluster.topology.nodes if node.id not in busy]
-
-
-def simulator_plan(topology: Topology, cluster: Cluster, ts_ns: int) -> CurrentPlan:
-    """The simulated fabric's routes as the plan in force (it runs under C4P: ``p-sim``).
-
-    With it in the plan store, a reroute moves only the flows that crossed the failed link,
-    as it would on a real fabric, instead of planning every flow afresh.
-    """
-    fabric = Fabric.from_topology(topology)
-    conns = {
-        f"{job.spec.id}/{comm.id}/{conn.src}->{conn.dst}": conn
-        for job in cluster.jobs
-        for comm in job.comms
-        for conn in comm.ring or ()
-    }
-    jobs = [job_message(job, ts_ns) for job in cluster.jobs]
-    paths = []
-    vias: dict[str, str | None] = {}
-    for flow in job_flows(fabric, jobs).flows:
-        conn = conns.get(flow.id)
-        via = conn.via if conn is not None else None
-        links = (flow.src, *conn.links, flow.dst) if conn is not None else (flow.src, flow.dst)
-        vias[flow.id] = via
-        paths.append(PlanPath(flow=flow.id, via=via, links=links))
-    loads, _, _ = link_loads(fabric, jobs, vias)
-    speeds = {link.id: link.gbps for link in topology.links}
-    worst = max((load / speeds[link] for link, load in loads.items()), default=0.0)
-    plan = Plan(v=1, kind="plan", paths=tuple(paths), max_util=round(worst, 6))
-    return CurrentPlan("p-sim", plan, (), ts_ns)
-
-
-def actions_config(hooks_url: str, reroute: bool) -> dict[str, object]:
-    """The actions worker's configuration: act on every class, launcher and receiver here."""
-    hard = ["isolate", "restart", "alert"]
-    links = ["reroute", "alert"] if reroute else ["isolate", "alert"]
-    return {
-        "policy": {
-            "classes": {
-                "noncomm_hang": [*hard],
-                "gpu_fault": [*hard],
-                "node_down": [*hard],
-                # C4 takes a straggling GPU's node out and restarts the job on a spare.
-                "noncomm_slow": [*hard],
-                "comm_slow": ["isolate", "alert"],
-                "comm_hang": ["isolate", "alert"],
-                "link_down": [*links],
-                "link_degraded": [*links],
-            },
-        },
-        "retry": {"tries": 4, "backoff_s": 0.2, "max_backoff_s": 2},
-        "launcher": {"webhook": {"url": f"{hooks_url}/launch", "secret_env": HOOK_SECRET_ENV}},
-        "receivers": [
-            {"name": "demo-oncall", "url": f"{hooks_url}/alert", "secret_env": HOOK_SECRET_ENV}
-        ],
-    }
-
-
-def _kafka_answers(settings: Settings) -> bool:
-    admin = AdminClient({**settings.kafka_client_config(), "socket.timeout.ms": 3000})
-    try:
-        admin.list_topics(timeout=4)
-    except Exception:  # noqa: BLE001 - any failure means "not reachable"
-        return False
-    return True
-
-
-def _redis_answers(settings: Settings) -> bool:
-    password = settings.redis_password.get_secret_value() if settings.redis_password else None
-    client = redis.Redis.from_url(settings.redis_url, password=password, socket_timeout=3)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
-
-
-def ensure_stack(settings: Settings, say: Say) -> bool:
-    """Use the configured Kafka and Redis, or start the local stack; True if this started it."""
-    if _kafka_answers(settings) and _redis_answers(settings):
-        say(f"stack: using Kafka {settings.kafka_bootstrap} and Redis {settings.redis_url}")
-        return False
-    host = settings.kafka_bootstrap.split(",")[0].rsplit(":", 1)[0]
-    if host not in LOCAL_HOSTS:
-        message = f"Kafka at {settings.kafka_bootstrap} or Redis at {settings.redis_url} is away"
-        raise DemoError(message)
-    say("stack: starting the local Kafka and Redis (c4 stack up)")
-    statuses = stack_up(settings, progress=lambda line: say(f"stack: {line}"))
-    return any(status.detail != "already running" for status in statuses)
-
-
-def _delete_topics(settings: Settings, prefixes: tuple[str, ...]) -> int:
-    admin = AdminClient(settings.kafka_client_config())
-    names = [n for n in admin.list_topics(timeout=10).topics if n.startswith(prefixes)]
-    if names:
-        for future in admin.delete_topics(names, operation_timeout=30).values():
-            future.result(30)
-    return len(names)
 
 
 class DemoRun:
@@ -283,19 +131,6 @@ class DemoRun:
         self._spares: list[str] = []
 
     # --- set-up -----------------------------------------------------------------------
-    def _env(self, secret: str) -> dict[str, str]:
-        s = self.settings
-        return {
-            **os.environ,
-            "C4_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
-            "C4_REDIS_URL": s.redis_url,
-            "C4_TOPIC_PREFIX": s.topic_prefix,
-            "C4_TOPIC_PARTITIONS": str(s.topic_partitions),
-            "C4_REDIS_KEY_PREFIX": s.redis_key_prefix,
-            HOOK_SECRET_ENV: secret,
-            "PYTHONUNBUFFERED": "1",
-        }
-
     def _prepare(self) -> tuple[Topology, Scenario, Cluster, list[Truth], list[str]]:
         options = self.options
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -315,89 +150,6 @@ class DemoRun:
         )
         (self.report / "truth.jsonl").write_bytes(
             b"".join(orjson.dumps(t.as_dict()) + b"\n" for t in truths)
-        )
-
-    def _start_workers(self, secret: str) -> None:
-        env = self._env(secret)
-        reroute = any(executor.name == "reroute" for executor in EXECUTORS)
-        config_path = self.report / "actions.yaml"
-        config_path.write_text(yaml.safe_dump(actions_config(self._receivers_url(), reroute)))
-        web_port, streams_metrics, actions_metrics = free_port(), free_port(), free_port()
-        clock_rate = str(self.options.speed)
-        streams = Child(
-            "streams worker",
-            [
-                "streams",
-                "worker",
-                "--app-id",
-                self.app_id,
-                "--topology",
-                str(self.report / "topology.json"),
-                "--clock-rate",
-                clock_rate,
-                "--web-port",
-                str(web_port),
-                "--metrics-port",
-                str(streams_metrics),
-                "--loglevel",
-                "warn",
-                *(() if self.options.chaos_seed is None else ("--session-timeout", "6")),
-            ],
-            env,
-            self.logs,
-            self.logs / "streams-worker.log",
-        )
-        self._children.append(streams)
-        actions = Child(
-            "actions worker",
-            [
-                "actions",
-                "worker",
-                "--config",
-                str(config_path),
-                "--group",
-                f"{self.app_id}-actions",
-                "--metrics-port",
-                str(actions_metrics),
-            ],
-            env,
-            self.logs,
-            self.logs / "actions-worker.log",
-        )
-        self._children.append(actions)
-        self._ports = {"streams web": web_port, "streams metrics": streams_metrics}
-        self._ports["actions metrics"] = actions_metrics
-        if self.options.chaos_seed is not None:
-            self._children.append(self._agent(env))
-        actions.wait_port(actions_metrics, 60)
-        streams.wait_port(web_port, 120)
-        self.say(
-            f"workers: streams (pid {streams.pid}, metrics :{streams_metrics}), "
-            f"actions (pid {actions.pid}, metrics :{actions_metrics}); logs in {self.logs}"
-        )
-
-    def _agent(self, env: dict[str, str]) -> Child:
-        """The node agent that relays the simulated nodes' records (chaos runs)."""
-        return Child(
-            "node agent",
-            [
-                "agent",
-                "--node",
-                f"c4-demo-{self.run_id}",
-                "--handoff",
-                str(self.report / "handoff"),
-                "--handoff-state",
-                str(self.report / "agent-spool" / "handoff-offsets.json"),
-                "--spool-dir",
-                str(self.report / "agent-spool"),
-                "--no-sysfs",
-                "--no-nvml",
-                "--interval",
-                "0.2",
-            ],
-            env,
-            self.logs,
-            self.logs / "node-agent.log",
         )
 
     def _start_chaos(self) -> None:
@@ -461,10 +213,10 @@ class DemoRun:
             else None,
             self.settings.redis_key_prefix,
         )
-        counts = self._state.load_topology(topology)
+        counts = self._state.components.load_topology(topology)
         now = time.time_ns()
         for node in spares:
-            self._state.add_spare(node, now, now // 1_000_000, "c4-demo")
+            self._state.components.add_spare(node, now, now // 1_000_000, "c4-demo")
         say(
             f"cluster state: {counts.get('node', 0)} nodes, {counts.get('link', 0)} fabric links,"
             f" {len(spares)} spares under {self.settings.redis_key_prefix}"
@@ -492,7 +244,16 @@ class DemoRun:
         topology, scenario, cluster, truths, plans = self._prepare_cluster()
         secret = secrets.token_hex(16)
         self._receivers = Receivers(secret.encode()).start()
-        self._start_workers(secret)
+        self._ports = start_workers(
+            self.settings,
+            self.options,
+            (self.app_id, self.run_id),
+            self.report,
+            self._receivers_url(),
+            secret,
+            self._children,
+            say,
+        )
         self._feed = Feed(
             self.settings.kafka_client_config(), self.settings.topic_prefix, f"{self.app_id}-feed"
         ).start()
@@ -655,7 +416,7 @@ class DemoRun:
             self._state.close()
         if not self.options.keep_topics:
             try:
-                _delete_topics(self.settings, (self.settings.topic_prefix, self.app_id))
+                delete_topics(self.settings, (self.settings.topic_prefix, self.app_id))
             except Exception as error:  # noqa: BLE001 - leftovers are reported, not fatal
                 self.say(f"topics of this run not deleted: {error}")
         if self._started_stack:

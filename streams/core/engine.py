@@ -15,9 +15,10 @@ from schemas.messages import Collective, Collectives, Diagnosis, Gpu, Job, Link,
 from streams.core.clock import TickClock
 from streams.core.fabric import FabricCorrelator
 from streams.core.hardware import HardwareMonitor
-from streams.core.job import JobDetector, SlowPath
+from streams.core.job import JobDetector
 from streams.core.params import DetectorParams
 from streams.core.places import PlacementIndex, PortHealth, Routes, port_id
+from streams.core.slowpath import SlowPath
 
 
 class RouteBook:

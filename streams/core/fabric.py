@@ -27,7 +27,7 @@ from schemas.files import Topology
 from schemas.messages import Diagnosis
 from streams.core.clock import TickClock
 from streams.core.findings import FindingBook, SuspectScore
-from streams.core.job import SlowPath
+from streams.core.slowpath import SlowPath
 
 RESOLVE_AFTER_CHECKS = 8
 MIN_PATHS = 2

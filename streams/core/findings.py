@@ -85,6 +85,22 @@ class FindingBook:
         self._open[(job, cls, key)] = finding
         return to_diagnosis(finding, "firing", now_ns)
 
+    def fire_into(
+        self,
+        out: list[Diagnosis],
+        job: str | None,
+        cls: DiagnosisClass,
+        key: str,
+        onset_ns: int,
+        now_ns: int,
+        suspects: tuple[SuspectScore, ...],
+        evidence: dict[str, Any],
+    ) -> None:
+        """`fire`, adding the diagnosis (if any) to ``out``."""
+        fired = self.fire(job, cls, key, onset_ns, now_ns, suspects, evidence)
+        if fired is not None:
+            out.append(fired)
+
     def resolve(self, job: str | None, cls: str, key: str, now_ns: int) -> Diagnosis | None:
         """Close a finding; None when it is not open."""
         finding = self._open.pop((job, cls, key), None)

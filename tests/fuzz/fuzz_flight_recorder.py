@@ -14,7 +14,8 @@ import atheris
 # Only our code is instrumented: instrumenting pydantic and the stdlib crashes atheris 2.3
 # on Python 3.11 (a segfault at import), and their coverage is not what is fuzzed here.
 with atheris.instrument_imports(include=["schemas", "producers"]):
-    from producers.flight_recorder import FlightRecorderError, RankDump, convert, load_dump
+    from producers.fr_convert import convert
+    from producers.fr_dump import FlightRecorderError, RankDump, load_dump
     from schemas.codec import decode, encode
 
 WRITTEN_NS = 1_800_000_000_000_000_000

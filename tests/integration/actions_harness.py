@@ -118,7 +118,7 @@ class Cluster:
         self.unique = unique
         create_topics(bootstrap, [self.prefix + t.name for t in ALL_TOPICS], partitions=1)
         self.state = RedisState.connect(redis_url, prefix=self.key_prefix)
-        self.state.load_topology(TOPOLOGY)
+        self.state.components.load_topology(TOPOLOGY)
         self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
         self._seen: dict[str, list[bytes]] = {}
         self._consumers: dict[str, Consumer] = {}
@@ -126,7 +126,8 @@ class Cluster:
     def spares(self, *nodes: str) -> None:
         for node in nodes:
             now = time.time_ns()
-            assert self.state.add_spare(node, now, now // 1_000_000, "test").outcome == "ok"
+            added = self.state.components.add_spare(node, now, now // 1_000_000, "test")
+            assert added.outcome == "ok"
 
     def send(self, kind: str, value: bytes | dict[str, Any], key: str = "k") -> None:
         data = value if isinstance(value, bytes) else orjson.dumps(value)
@@ -139,7 +140,7 @@ class Cluster:
     def job(self, job: str, nodes: list[str], ts_ns: int = 1_000, state: str = "running") -> None:
         """Publish a job placement and wait until the worker recorded it."""
         self.send("job", job_message(job, nodes, ts_ns, state), key=job)
-        wait_for(lambda: self.state.placement(job), what=f"placement of {job} recorded")
+        wait_for(lambda: self.state.jobs.placement(job), what=f"placement of {job} recorded")
 
     def messages(self, kind: str) -> list[bytes]:
         """Every message on a topic so far (read incrementally)."""
@@ -259,7 +260,7 @@ def worker(
     metrics = ActionMetrics()
     executors = build_executors(state, settings, transport, metrics)
     pipeline = Pipeline(state, executors, settings, f"test-{group}", dry_run=dry_run)
-    loop = ActionWorker(transport, state, pipeline, topics, metrics, stop)
+    loop = ActionWorker(transport, state.jobs, pipeline, topics, metrics, stop)
     errors: list[BaseException] = []
 
     def run() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from actions.state.model import TransitionRequest
 from schemas.codec import encode
 from schemas.messages import Job
 from tests.integration.actions_harness import TOPOLOGY, Cluster, job_message
@@ -49,22 +50,24 @@ def test_state_commands_load_spare_show_and_release(
             "node-99: unknown node 'node-99' (load the topology first: c4 state load)",
         ]
         placement = Job.model_validate(job_message("job-c", ["node-000", "node-001"]))
-        assert cluster.state.record_job(placement)
+        assert cluster.state.jobs.record(placement)
         busy = c4(env, "state", "spare", "node-001")
         assert busy.stdout.strip() == "node-001: node-001 runs job-c: not a spare"
 
         now = 1_700_000_000_000_000_000
         assert (
-            cluster.state.transition(
-                "node",
-                "node-001",
-                "isolated",
-                action="isolate",
-                reason="test",
-                ts_ns=now,
-                now_ms=now // 10**6,
-                actor="test",
-                diagnosis="d-c",
+            cluster.state.components.transition(
+                TransitionRequest(
+                    kind="node",
+                    ident="node-001",
+                    to="isolated",
+                    action="isolate",
+                    reason="test",
+                    ts_ns=now,
+                    now_ms=now // 10**6,
+                    actor="test",
+                    diagnosis="d-c",
+                )
             ).outcome
             == "ok"
         )

@@ -65,13 +65,13 @@ def test_killed_between_allocation_and_publication_ends_with_one_replacement(
     state = cluster.state
     snapshot = state.snapshot()
     assert sorted(snapshot["spares"] + taken) == ["node-011", "node-012", "node-013"]
-    placement = state.placement("job-11")
+    placement = state.jobs.placement("job-11")
     assert placement is not None
     assert sorted({p.node for p in placement.values()}) == sorted(
         ["node-008", "node-010", taken[0]]
     )
-    assert state.job_info("job-11")["restarts"] == "1"
-    allocated = state.component("node", taken[0])
+    assert state.jobs.info("job-11")["restarts"] == "1"
+    allocated = state.components.component("node", taken[0])
     assert allocated is not None
     assert allocated.state == "healthy"
     jobs = [decode(v, "job") for v in cluster.messages("job")]
@@ -79,5 +79,5 @@ def test_killed_between_allocation_and_publication_ends_with_one_replacement(
     assert len(published) == 1
     assert {p.node for p in published[0].ranks} == {"node-008", "node-010", taken[0]}
     assert len(receiver.at("/launch")) == 1
-    allocations = [e for e in state.audit() if e["action"] == "allocate"]
+    allocations = [e for e in state.audit.entries() if e["action"] == "allocate"]
     assert len(allocations) == 1

@@ -66,7 +66,7 @@ def test_worker_survives_a_redis_restart_and_a_kafka_restart(
             ("isolate", "done"),
             ("restart", "done"),
         ]
-        placement = cluster.state.placement("job-r")
+        placement = cluster.state.jobs.placement("job-r")
         assert placement is not None
         assert sorted({p.node for p in placement.values()}) == ["node-008", "node-011", "node-012"]
         assert cluster.state.snapshot()["spares"] == []

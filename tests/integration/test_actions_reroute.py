@@ -135,7 +135,7 @@ def test_link_down_reroutes_once_publishes_routes_per_node_and_gives_the_link_ba
     assert not any(USED in path.links for path in current.plan.paths)
     assert returned.detail["previous"] == detail["plan"] and returned.detail["moved"] == 0
     assert plans.history() == [last.detail["plan"], current.id, *reversed(plan_ids[:2])]
-    link = cluster.state.component("link", USED)
+    link = cluster.state.components.component("link", USED)
     assert link is not None and link.state == "healthy"
 
 
@@ -144,30 +144,30 @@ def test_state_jobs_are_the_latest_placements_of_the_jobs_not_stopped(cluster: C
         return Job.model_validate(job_message(name, nodes, ts_ns, state))
 
     state = cluster.state
-    assert state.jobs() == []
-    assert state.record_job(job("job-a", ["node-000", "node-001"], 10))
-    assert state.record_job(job("job-b", ["node-002", "node-003"], 10, "restarting"))
-    assert not state.record_job(job("job-a", ["node-004", "node-005"], 9))  # late and older
-    assert state.jobs() == [
+    assert state.jobs.active() == []
+    assert state.jobs.record(job("job-a", ["node-000", "node-001"], 10))
+    assert state.jobs.record(job("job-b", ["node-002", "node-003"], 10, "restarting"))
+    assert not state.jobs.record(job("job-a", ["node-004", "node-005"], 9))  # late and older
+    assert state.jobs.active() == [
         job("job-a", ["node-000", "node-001"], 10),
         job("job-b", ["node-002", "node-003"], 10, "restarting"),
     ]
-    assert state.record_job(job("job-a", ["node-000", "node-001"], 11, "stopped"))
-    assert [found.job for found in state.jobs()] == ["job-b"]
+    assert state.jobs.record(job("job-a", ["node-000", "node-001"], 11, "stopped"))
+    assert [found.job for found in state.jobs.active()] == ["job-b"]
     state.client.hset(state.keys.job("job-b"), "comms", "{broken")
     with pytest.raises(StateError, match=r"job:job-b holds no valid placement: ") as caught:
-        state.jobs()
+        state.jobs.active()
     assert "\n" not in str(caught.value)
 
 
 def test_state_fabric_follows_the_loaded_topology(cluster: Cluster) -> None:
     state = cluster.state
-    fabric = state.fabric()
+    fabric = state.components.fabric()
     assert fabric is not None and USED in fabric.link_index
-    assert state.fabric() is fabric  # parsed once while the document is the same
+    assert state.components.fabric() is fabric  # parsed once while the document is the same
     state.client.set(state.keys.topology, b'{"v": 1, "kind": "topology"}')
     with pytest.raises(StateError, match=r":topology holds no valid topology: ") as caught:
-        state.fabric()
+        state.components.fabric()
     assert "\n" not in str(caught.value)
     state.client.delete(state.keys.topology)
-    assert state.fabric() is None
+    assert state.components.fabric() is None

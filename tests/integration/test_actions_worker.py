@@ -61,14 +61,14 @@ def test_noncomm_hang_isolates_restarts_on_a_same_leaf_spare_and_alerts(
     assert [(a.status, a.detail["receiver"]) for a in actions["alert"]] == [("done", "oncall")]
 
     state = cluster.state
-    isolated = state.component("node", "node-009")
+    isolated = state.components.component("node", "node-009")
     assert isolated is not None
     assert (isolated.state, isolated.diagnosis) == ("isolated", "d-1")
     assert state.snapshot()["spares"] == ["node-003"]
-    placement = state.placement("job-42")
+    placement = state.jobs.placement("job-42")
     assert placement is not None
     assert sorted({p.node for p in placement.values()}) == ["node-008", "node-010", "node-012"]
-    info = state.job_info("job-42")
+    info = state.jobs.info("job-42")
     assert (info["state"], info["restarts"]) == ("restarting", "1")
 
     published = wait_for(lambda: restarting(cluster), what="restarting placement on c4.job.v1")
@@ -95,7 +95,7 @@ def test_noncomm_hang_isolates_restarts_on_a_same_leaf_spare_and_alerts(
     assert orjson.loads(alert["annotations"]["evidence"])["waiting_ranks"] == 14
     assert "restart job-42: done" in alert["annotations"]["actions"]
 
-    audit = [(e["action"], e["target"]) for e in state.audit()]
+    audit = [(e["action"], e["target"]) for e in state.audit.entries()]
     assert ("isolate", "node-009") in audit
     assert ("allocate", "node-012") in audit
     assert ("restart", "job-42") in audit
@@ -156,7 +156,7 @@ def test_five_suspect_nodes_of_one_job_isolate_nothing_and_escalate_the_switch(
 
     snapshot = cluster.state.snapshot()
     assert snapshot["components"]["node"]["counts"]["isolated"] == 0
-    switch = cluster.state.component("switch", "leaf-0a")
+    switch = cluster.state.components.component("switch", "leaf-0a")
     assert switch is not None
     assert (switch.state, switch.diagnosis) == ("suspect", "d-3")
     assert snapshot["spares"] == ["node-012"]
@@ -172,7 +172,7 @@ def test_no_spare_left_fails_the_restart_with_a_reason_and_an_alert_writing_noth
     cluster.spares("node-012")  # one spare for two failed nodes: nothing may be taken
     with worker(cluster, config(receiver)):
         cluster.job("job-5", JOB_NODES)
-        before = cluster.state.placement("job-5")
+        before = cluster.state.jobs.placement("job-5")
         suspects = [("gpu", "node-008/gpu0", 0.9), ("gpu", "node-010/gpu1", 0.9)]
         cluster.send("diagnosis", diagnosis("d-4", "job-5", suspects))
         actions = by_action(cluster.wait_actions(4))
@@ -181,9 +181,9 @@ def test_no_spare_left_fails_the_restart_with_a_reason_and_an_alert_writing_noth
     assert restart.status == "failed"
     assert restart.detail["reason"] == "no_spare"
     assert "no spare node left to replace node-010" in str(restart.detail["message"])
-    assert cluster.state.placement("job-5") == before
-    assert cluster.state.job_info("job-5")["restarts"] == "0"
-    assert cluster.state.job_info("job-5")["state"] == "running"
+    assert cluster.state.jobs.placement("job-5") == before
+    assert cluster.state.jobs.info("job-5")["restarts"] == "0"
+    assert cluster.state.jobs.info("job-5")["state"] == "running"
     assert cluster.state.snapshot()["spares"] == ["node-012"]
     assert restarting(cluster) == []
     assert receiver.at("/launch") == []
@@ -251,7 +251,7 @@ def test_malformed_diagnoses_are_dead_lettered_and_the_worker_goes_on(
     assert reasons[0].startswith("invalid JSON")
     assert reasons[1] == "job: required field missing (and 5 more)"
     assert reasons[2].startswith("suspects[0].score: should be less than or equal to 1")
-    suspect = cluster.state.component("switch", "leaf-1a")
+    suspect = cluster.state.components.component("switch", "leaf-1a")
     assert suspect is not None
     assert suspect.state == "suspect"
 
@@ -270,12 +270,13 @@ def test_dry_run_records_decisions_and_changes_nothing(
         ("restart", "skipped", "dry_run"),
         ("alert", "skipped", "dry_run"),
     }
-    node = cluster.state.component("node", "node-009")
+    node = cluster.state.components.component("node", "node-009")
     assert node is not None
     assert node.state == "healthy"
     assert cluster.state.snapshot()["spares"] == ["node-012"]
     assert receiver.requests == []
-    assert cluster.state.audit() == [e for e in cluster.state.audit() if e["action"] == "spare"]
+    entries = cluster.state.audit.entries()
+    assert entries == [e for e in entries if e["action"] == "spare"]
 
 
 def test_a_resolved_finding_clears_its_suspect_marks_and_resolves_the_alert(
@@ -286,7 +287,7 @@ def test_a_resolved_finding_clears_its_suspect_marks_and_resolves_the_alert(
     with worker(cluster, config(receiver)):
         cluster.send("diagnosis", firing, key="fabric")
         cluster.wait_actions(2)
-        link = cluster.state.component("link", "leaf-0a~spine-a-0")
+        link = cluster.state.components.component("link", "leaf-0a~spine-a-0")
         assert link is not None
         assert (link.state, link.diagnosis) == ("suspect", "d-8")
         cluster.send("diagnosis", resolved, key="fabric")
@@ -301,7 +302,7 @@ def test_a_resolved_finding_clears_its_suspect_marks_and_resolves_the_alert(
     # The correlator's finding resolved after the reroute: its link stays out of the plan,
     # and out of service until an operator releases it.
     assert actions[2].detail["reason"] == "kept_out"
-    link = cluster.state.component("link", "leaf-0a~spine-a-0")
+    link = cluster.state.components.component("link", "leaf-0a~spine-a-0")
     assert link is not None
     assert (link.state, link.diagnosis) == ("isolated", "d-8")
     first, second = (request.json()["alerts"][0] for request in receiver.at("/alert"))
@@ -325,7 +326,7 @@ def test_a_resolved_finding_clears_its_suspect_marks_and_resolves_the_alert(
     assert lines[1].startswith("back in the route plan: leaf-0a~spine-a-0 (plan p-")
     back = plans.current()
     assert back is not None and back.down == () and back.id != kept.id
-    link = cluster.state.component("link", "leaf-0a~spine-a-0")
+    link = cluster.state.components.component("link", "leaf-0a~spine-a-0")
     assert link is not None and link.state == "healthy"
     release = [a for a in cluster.wait_actions(5) if a.action == "release"]
     assert [(a.target, a.detail["plan"]) for a in release] == [("leaf-0a~spine-a-0", back.id)]
@@ -352,7 +353,7 @@ def test_restart_limit_and_rate_limit_are_recorded_reasons(
     assert "restart_limit" in alert["annotations"]["actions"]
     isolate = actions[("d-10", "isolate")]
     assert (isolate.status, isolate.detail["reason"]) == ("skipped", "rate_limited")
-    node = cluster.state.component("node", "node-010")
+    node = cluster.state.components.component("node", "node-010")
     assert node is not None
     assert node.state == "healthy"
     assert cluster.state.snapshot()["spares"] == ["node-012"]

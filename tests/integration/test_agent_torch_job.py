@@ -40,7 +40,8 @@ def worker(
     import torch
     import torch.distributed as dist
 
-    from producers.torch_hooks import instrument, kafka_sink
+    from producers.torch_hooks import instrument
+    from producers.torch_sinks import kafka_sink
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     sink = kafka_sink({"bootstrap.servers": bootstrap}, prefix)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from actions.state.model import TransitionRequest
 from actions.state.store import RedisState
 from c4.dashboard.feed import Feed
 from c4.dashboard.server import DashboardServer, Source
@@ -43,22 +44,24 @@ def test_page_shows_isolated_node_and_open_finding(
     prefix = f"test.{unique}."
     create_topics(kafka_bootstrap, [prefix + topic.name for topic in ALL_TOPICS], partitions=1)
     state = RedisState.connect(redis_url, None, f"test:{unique}")
-    state.load_topology(generate(Shape(nodes=8, spines=2, nics=8, planes=2)))
+    state.components.load_topology(generate(Shape(nodes=8, spines=2, nics=8, planes=2)))
     now = time.time_ns()
-    moved = state.transition(
-        "node",
-        "node-003",
-        "isolated",
-        action="isolate",
-        reason="test: straggler",
-        ts_ns=now,
-        now_ms=now // 1_000_000,
-        actor="test",
-        diagnosis="d-1",
-        allowed_from=("healthy",),
+    moved = state.components.transition(
+        TransitionRequest(
+            kind="node",
+            ident="node-003",
+            to="isolated",
+            action="isolate",
+            reason="test: straggler",
+            ts_ns=now,
+            now_ms=now // 1_000_000,
+            actor="test",
+            diagnosis="d-1",
+            allowed_from=("healthy",),
+        )
     )
     assert moved.outcome == "ok"
-    state.add_spare("node-007", now, now // 1_000_000, "test")
+    state.components.add_spare("node-007", now, now // 1_000_000, "test")
     throughput = [[r, (r + 1) % 16, 60.0 if r == 5 else 190.0] for r in range(16)]
     finding = Diagnosis.model_validate(
         {

@@ -7,7 +7,8 @@ import hmac
 
 import orjson
 
-from actions.alertmanager import StepSummary, fingerprint, payload, rfc3339, sign, verify
+from actions.alertmanager import fingerprint, payload, rfc3339, sign, verify
+from actions.outcome import StepSummary
 from schemas.messages import Diagnosis
 
 

@@ -12,13 +12,13 @@ import pytest
 from actions.config import Backoff, RerouteSettings
 from actions.executors import Context
 from actions.outcome import Reason, Result
-from actions.pipeline import run_with_retry
 from actions.plan_store import PlanStoreError, Saved, StalePlanError, StoreUnavailableError
 from actions.planner.reroute import CurrentPlan, reroute
 from actions.policy import Step
-from actions.reroute_executor import RerouteExecutor, give_back, told_field
+from actions.reroute_executor import GivenBack, RerouteExecutor, give_back, told_field
 from actions.state import StateError
-from actions.state.store import Claim
+from actions.state.model import Claim
+from actions.step_stages import run_with_retry
 from schemas.base import C4Model
 from schemas.messages import Diagnosis, Job, Route
 from tests.unit.test_reroute import JOBS, TS, diagnosis
@@ -37,7 +37,7 @@ def fabric() -> Fabric:
 
 @dataclass
 class FakeState:
-    """The cluster state's part the executor uses, in memory."""
+    """The cluster state's parts the executor uses (fabric, jobs, claims), in memory."""
 
     topology: Fabric | None
     placed: list[Job]
@@ -48,7 +48,7 @@ class FakeState:
     def fabric(self) -> Fabric | None:
         return self.topology
 
-    def jobs(self) -> list[Job]:
+    def active(self) -> list[Job]:
         if self.broken:
             raise StateError(self.broken)
         return list(self.placed)
@@ -140,7 +140,7 @@ def rig(
     outbox = FakeOutbox(log)
     saved: list[tuple[float, int]] = []
     executor = RerouteExecutor(
-        state, plans, outbox, settings, lambda util, n: saved.append((util, n))
+        state, state, state, plans, outbox, settings, lambda util, n: saved.append((util, n))
     )
     return Rig(state, plans, outbox, executor, saved)
 
@@ -153,6 +153,11 @@ def run(rig: Rig, finding: Diagnosis, step: Step | None = None, tries: int = 1) 
     return run_with_retry(
         lambda: rig.executor.execute(chosen, context), backoff, lambda seconds: None
     )
+
+
+def released(rig: Rig, kind: str, ident: str, now_ns: int, actor: str) -> GivenBack | None:
+    """An operator's release given back to the plan, against the rig's fakes."""
+    return give_back(rig.state, rig.state, rig.plans, rig.outbox, kind, ident, now_ns, actor)
 
 
 def in_force(fabric: Fabric) -> CurrentPlan:
@@ -427,7 +432,7 @@ def test_a_released_link_the_plan_kept_out_is_given_back(fabric: Fabric) -> None
     kept = reroute(fabric, JOBS, current, diagnosis([("link", link)]), TS).current
     assert link in kept.down
     test = rig(fabric, kept)
-    back = give_back(test.state, test.plans, test.outbox, "link", link, TS + 9, "operator")
+    back = released(test, "link", link, TS + 9, "operator")
     assert back is not None and back.links == (link,)
     assert test.plans.plan is not None and link not in test.plans.plan.down
     assert back.plan == test.plans.plan.id != kept.id
@@ -435,15 +440,15 @@ def test_a_released_link_the_plan_kept_out_is_given_back(fabric: Fabric) -> None
     assert test.plans.log[-1] == f"save {back.plan}"
     assert back.routes == len(test.outbox.published)
     # Released again: nothing kept out any more, nothing to give back.
-    assert give_back(test.state, test.plans, test.outbox, "link", link, TS + 10, "op") is None
+    assert released(test, "link", link, TS + 10, "op") is None
     assert crossing
 
 
 def test_only_a_kept_out_link_or_switch_is_given_back(fabric: Fabric) -> None:
     test = rig(fabric, in_force(fabric))
-    assert give_back(test.state, test.plans, test.outbox, "node", "node-002", TS, "op") is None
+    assert released(test, "node", "node-002", TS, "op") is None
     free = "leaf-0a~spine-a-0"
-    assert give_back(test.state, test.plans, test.outbox, "link", free, TS, "op") is None
+    assert released(test, "link", free, TS, "op") is None
     assert test.plans.log == [] and test.outbox.published == []
     nothing = rig(fabric, None)
-    assert give_back(nothing.state, nothing.plans, nothing.outbox, "link", free, TS, "op") is None
+    assert released(nothing, "link", free, TS, "op") is None

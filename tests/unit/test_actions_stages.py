@@ -13,14 +13,9 @@ import pytest
 from actions.config import Backoff, Launcher, WebhookLauncher
 from actions.launcher import JobLauncher
 from actions.outcome import Reason, Result, done, failed, skipped
-from actions.pipeline import (
-    _plan_from_json,
-    _plan_json,
-    action_id,
-    action_record,
-    run_with_retry,
-)
 from actions.policy import Plan, Step
+from actions.recording import action_id, action_record, plan_from_json, plan_json
+from actions.step_stages import run_with_retry
 from actions.webhook import Answer, post_json
 from schemas.messages import Diagnosis, Job
 
@@ -107,7 +102,7 @@ def test_the_recorded_plan_reads_back_the_same() -> None:
         ),
         marks=(("switch", "leaf-0a"),),
     )
-    again = _plan_from_json(_plan_json(planned))
+    again = plan_from_json(plan_json(planned))
     assert again == planned
 
 

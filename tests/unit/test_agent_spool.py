@@ -90,16 +90,8 @@ def test_bytes_track_what_waits(tmp_path: Path) -> None:
 
 def test_heartbeats_are_collectives_with_empty_ops() -> None:
     def collective(ops: Ops) -> Collective:
-        return Collective(
-            v=1,
-            kind="collective",
-            job="j",
-            comm="c",
-            comm_size=1,
-            rank=0,
-            global_rank=0,
-            ts_ns=1,
-            ops=ops,
+        return Collective.of(
+            job="j", comm="c", comm_size=1, rank=0, global_rank=0, ts_ns=1, ops=ops
         )
 
     empty = Ops(seq=(), op=(), bytes=(), enter_ns=(), end_ns=())
@@ -122,16 +114,8 @@ def test_publisher_spools_while_no_broker_answers_and_drops_heartbeats_first(
             if heartbeat
             else Ops(seq=(index,), op=("barrier",), bytes=(0,), enter_ns=(index,), end_ns=(index,))
         )
-        return Collective(
-            v=1,
-            kind="collective",
-            job="j",
-            comm="c",
-            comm_size=1,
-            rank=0,
-            global_rank=0,
-            ts_ns=index,
-            ops=ops,
+        return Collective.of(
+            job="j", comm="c", comm_size=1, rank=0, global_rank=0, ts_ns=index, ops=ops
         )
 
     with socket.socket() as sock:  # a port nothing listens on
@@ -140,7 +124,7 @@ def test_publisher_spools_while_no_broker_answers_and_drops_heartbeats_first(
     size = Record("c4.collective.v1", b"j", encode(collective(10, False))).size
     spool = DiskSpool(tmp_path, max_bytes=size * 14, segment_bytes=size * 2)
     publisher = Publisher({"bootstrap.servers": f"127.0.0.1:{port}"}, "", spool, stall_s=0.2)
-    publisher.publish(collective(0, False))  # queued in librdkafka before the outage is seen
+    publisher.publish(collective(0, True))  # queued in librdkafka before the outage is seen
     deadline = time.monotonic() + 30
     while not publisher.down and time.monotonic() < deadline:
         publisher.service()
@@ -154,7 +138,8 @@ def test_publisher_spools_while_no_broker_answers_and_drops_heartbeats_first(
     assert publisher.close(0.5) > 0
     kept = DiskSpool(tmp_path).take(100)
     indexes = [int(orjson.loads(record.value)["ts_ns"]) for record in kept]
-    assert indexes[0] == 0  # what librdkafka still held went back to the spool, in front
+    assert indexes[0] == 0  # what librdkafka still held went back to the spool, in front,
+    assert kept[0].heartbeat  # still flagged a heartbeat (the publisher kept the flag)
     assert indexes == sorted(indexes)  # in publishing order
     assert set(range(1, 21, 2)) <= set(indexes)  # every data message kept; heartbeats went
     assert not any(

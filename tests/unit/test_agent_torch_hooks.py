@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER = """
 import json, os, sys, time
 import torch, torch.distributed as dist
-from producers.torch_hooks import folder_sink, instrument
+from producers.torch_hooks import instrument
+from producers.torch_sinks import folder_sink
 completion, folder = sys.argv[1], sys.argv[3]
 native = {"c++": True, "python": False, "default": None}[sys.argv[2]]
 dist.init_process_group("gloo", rank=0, world_size=1)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import orjson
+import pytest
+from pydantic import ValidationError
 
 from producers.agent import Agent
 from producers.batching import MAX_BATCH_BYTES, pack_round, pack_stream
-from producers.publisher import is_heartbeat, is_heartbeat_value
+from producers.publisher import Publisher, is_heartbeat
 from producers.sources import Reading
+from producers.spool import DiskSpool
 from schemas.base import C4Model
 from schemas.codec import encode
 from schemas.messages import Collective, Collectives, Ops
@@ -23,9 +27,7 @@ EMPTY = Ops(seq=(), op=(), bytes=(), enter_ns=(), end_ns=())
 
 
 def collective(job: str, rank: int, ops: int = 0, ts_ns: int = 10) -> Collective:
-    return Collective(
-        v=1,
-        kind="collective",
+    return Collective.of(
         job=job,
         comm="c",
         comm_size=4096,
@@ -121,13 +123,41 @@ def c4(*args: str) -> bytes:
     return done.stdout
 
 
+def test_collective_of_fills_the_version_and_kind() -> None:
+    message = collective("a", 3, ops=2)
+    assert (message.v, message.kind) == (1, "collective")
+    assert encode(message).startswith(b'{"v":1,"kind":"collective",')
+    fields = {name: getattr(message, name) for name in ("job", "comm", "comm_size", "rank")}
+    fields |= {"global_rank": 3, "ts_ns": message.ts_ns, "ops": message.ops}
+    assert Collective.of(**fields, trusted=True) == message  # the same, unvalidated
+    with pytest.raises(ValidationError, match="comm_size"):
+        Collective.of(**(fields | {"comm_size": 3}))  # rank 3 of 3: validated
+    assert Collective.of(**(fields | {"comm_size": 3}), trusted=True).rank == 3
+
+
 def test_a_batch_of_heartbeats_is_a_heartbeat_and_one_with_work_is_not() -> None:
     beats = pack_round([collective("a", 0), collective("a", 1)])[0]
     busy = pack_round([collective("a", 0), collective("a", 1, ops=2)])[0]
-    assert is_heartbeat(beats) and is_heartbeat_value(encode(beats))
-    assert not is_heartbeat(busy) and not is_heartbeat_value(encode(busy))
-    assert is_heartbeat_value(encode(collective("a", 0)))
-    assert not is_heartbeat_value(encode(collective("a", 0, ops=1)))
+    assert is_heartbeat(beats) and not is_heartbeat(busy)
+    assert is_heartbeat(collective("a", 0)) and not is_heartbeat(collective("a", 0, ops=1))
+
+
+def test_records_purged_from_the_queue_go_back_to_the_spool_still_flagged(tmp_path: Path) -> None:
+    beats = pack_round([collective("a", 0), collective("a", 1)])[0]
+    busy = pack_round([collective("a", 0), collective("a", 1, ops=2)])[0]
+    published = [beats, busy, collective("a", 0), collective("a", 0, ops=1)]
+    with socket.socket() as silent:  # a broker that takes connections and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        bootstrap = f"127.0.0.1:{silent.getsockname()[1]}"
+        publisher = Publisher({"bootstrap.servers": bootstrap}, "", DiskSpool(tmp_path))
+        for message in published:
+            publisher.publish(message)
+        assert publisher.in_flight() == len(published)  # all in librdkafka, none spooled
+        assert publisher.close(0.0) == len(published)
+    back = DiskSpool(tmp_path).take(10)
+    assert [record.value for record in back] == [encode(m) for m in published]
+    assert [record.heartbeat for record in back] == [True, False, True, False]
 
 
 class Round:

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from producers.flight_recorder import FlightRecorderError, convert, load_dump, op_name
-from producers.flight_recorder import read_dump_folder as read_folder
+from producers.fr_convert import convert
+from producers.fr_dump import FlightRecorderError, load_dump
+from producers.fr_dump import read_dump_folder as read_folder
+from producers.fr_entries import op_name
 from schemas.codec import decode, encode
 from schemas.messages import Collective, Diagnosis, Job, RankPlace
 

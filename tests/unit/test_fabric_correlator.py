@@ -6,7 +6,7 @@ from schemas.files import FabricLink, Switch, Topology, TopologyNode, TopologyPo
 from schemas.messages import Diagnosis, Route, RoutePath
 from streams.core.engine import Engine
 from streams.core.fabric import TIE_PATIENCE, FabricCorrelator
-from streams.core.job import SlowPath
+from streams.core.slowpath import SlowPath
 from tests.unit.ring_job import MS, T0, RingJob
 
 # node-000 and node-002 hang off leaf-a0, node-001 off leaf-a1, node-003 off leaf-a2.

@@ -16,13 +16,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from producers.flight_recorder import (
-    FlightRecorderError,
-    FlightRecorderSource,
-    RankDump,
-    convert,
-    load_dump,
-)
+from producers.flight_recorder import FlightRecorderSource
+from producers.fr_convert import convert
+from producers.fr_dump import FlightRecorderError, RankDump, load_dump
 from producers.nccl_inspector import InspectorSource, parse_record, split_objects, to_messages
 from producers.sysfs import SysfsSource
 from schemas.base import C4Model

@@ -187,7 +187,7 @@ class State:
     def __init__(self) -> None:
         self.jobs: list[Job] = []
 
-    def record_job(self, job: Job) -> bool:
+    def record(self, job: Job) -> bool:
         self.jobs.append(job)
         return True
 

@@ -17,7 +17,6 @@ from c4.cli import main
 from c4.settings import Settings
 from c4.stack import (
     StackError,
-    _last_line,
     ensure_kafka_jars,
     new_cluster_id,
     render_pom,
@@ -26,6 +25,7 @@ from c4.stack import (
     stack_status,
     stack_up,
 )
+from c4.stack.supervise import last_line
 
 
 def free_ports(count: int) -> list[int]:
@@ -182,8 +182,8 @@ def test_last_line_skips_stack_frames(tmp_path: Path) -> None:
         "\tat java.base/java.lang.Thread.run(Thread.java:840)\n"
         "\t... 3 more\n"
     )
-    assert _last_line(log).startswith("java.lang.RuntimeException: Stored node id 7")
-    assert _last_line(tmp_path / "missing.log") == "(no log)"
+    assert last_line(log).startswith("java.lang.RuntimeException: Stored node id 7")
+    assert last_line(tmp_path / "missing.log") == "(no log)"
 
 
 def test_cli_status_json_one_line_per_component(

@@ -1,0 +1,209 @@
+"""Flight Recorder dumps as the v1 collective messages a live agent would have sent.
+
+The messages rebuild what a live agent would have sent from each rank: one message per
+communicator per interval from the rank's first recorded operation up to the moment it
+wrote the dump (the file's modification time), each operation reported when it was entered
+(``end_ns`` null while in flight) and again when it completed. Point-to-point operations go
+to the pair's own communicator (``<name>:p2p:<lo>-<hi>``) with a per-pair ``seq``
+(`producers.fr_align.pair_seqs`; Flight Recorder's ``p2p_seq_id`` counts a rank's operations
+of the whole group). Completed operations without a completion time (gloo records none) get
+``end_ns`` = ``enter_ns``: they finished, when is unknown. A rank may have several dumps
+(one per backend: torch keeps one recorder per backend name).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from producers.fr_align import (
+    Op,
+    PairOp,
+    collective_ops,
+    p2p_ops,
+    pair_seqs,
+    trim_to_common_history,
+)
+from producers.fr_dump import RankDump
+from producers.fr_entries import Entry, entries_of, infer_returned, members_of, short_repr
+from schemas.base import MAX_ITEMS
+from schemas.messages import Collective, Ops, RankPlace
+
+NS_PER_S = 1_000_000_000
+# Heartbeats go back at most this many intervals before a timeline's end (an hour at 1 s):
+# older operations are reported in its first message. Bounds the output of a dump whose
+# entries span days (or claim a creation time of 0).
+MAX_INTERVALS = 3_600
+
+
+@dataclass(slots=True)
+class Conversion:
+    """The messages of a conversion and what was skipped (one line each)."""
+
+    messages: list[Collective] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def convert(
+    dumps: Iterable[RankDump],
+    job: str,
+    places: Mapping[int, RankPlace] | None = None,
+    interval_ns: int = NS_PER_S,
+) -> Conversion:
+    """v1 collective messages of every rank's dump (a rank may have several: one per backend).
+
+    Collectives are aligned across ranks by ``collective_seq_id``; point-to-point operations
+    by each pair's own order (``pair_seqs``), never by position in a dump, whose ring
+    buffer may have dropped its oldest entries.
+    """
+    dumps = list(dumps)
+    members = members_of(dumps)
+    result = Conversion()
+    entries: list[Entry] = []
+    for file, rank_dump in enumerate(dumps):
+        entries.extend(entries_of(file, rank_dump, members, result.skipped))
+    infer_returned(entries, dumps)
+    timelines: dict[tuple[str, int, int, int], list[Op]] = defaultdict(list)
+    stops: dict[tuple[str, int, int, int], int] = defaultdict(int)
+    never_started: dict[int, int] = defaultdict(int)
+    by_group: dict[tuple[int, str, bool], list[Entry]] = defaultdict(list)
+    for entry in entries:
+        by_group[(dumps[entry.file].rank, entry.group, entry.p2p)].append(entry)
+    sides: dict[tuple[str, int, int], dict[int, tuple[list[PairOp], bool]]] = defaultdict(dict)
+    for (rank, name, p2p), group_entries in by_group.items():
+        group = members[name]
+        if p2p:
+            pairs, complete = p2p_ops(rank, group_entries, dumps, never_started)
+            for peer, pair_ops in pairs.items():
+                sides[(name, min(rank, peer), max(rank, peer))][rank] = (pair_ops, complete)
+            continue
+        for op in collective_ops(group_entries, never_started):
+            key = (name, len(group), group.index(rank), rank)
+            timelines[key].append(op)
+            stops[key] = max(stops[key], _written(group_entries, dumps))
+    for (name, low, high), by_rank in sides.items():
+        comm = f"{name}:p2p:{low}-{high}"
+        for rank, seqs in pair_seqs(low, high, by_rank, len(members[name]) == 2).items():
+            key = (comm, 2, 0 if rank == low else 1, rank)
+            timelines[key].extend(seqs)
+            stops[key] = max(
+                [stops[key]] + [d.written_ns for d in dumps if d.rank == rank and _holds(d, name)]
+            )
+    trim_to_common_history(timelines)
+    for file, count in sorted(never_started.items()):
+        result.skipped.append(
+            f"{dumps[file].source}: {count} operations scheduled but never started:"
+            " reported as not entered"
+        )
+    for (comm, size, comm_rank, rank), ops in timelines.items():
+        try:
+            result.messages.extend(
+                _interval_messages(
+                    job,
+                    comm,
+                    size,
+                    comm_rank,
+                    rank,
+                    stops[(comm, size, comm_rank, rank)],
+                    ops,
+                    (places or {}).get(rank),
+                    interval_ns,
+                )
+            )
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in first["loc"])
+            result.skipped.append(
+                f"rank {rank} process group {short_repr(comm)}: not converted"
+                f" ({where}: {first['msg']})"
+            )
+    result.messages.sort(key=lambda message: message.ts_ns)
+    return result
+
+
+def _holds(rank_dump: RankDump, name: str) -> bool:
+    return any(
+        isinstance(entry, Mapping)
+        and isinstance(entry.get("process_group"), list | tuple)
+        and entry["process_group"]
+        and str(entry["process_group"][0]) == name
+        for entry in rank_dump.dump["entries"]
+    )
+
+
+def _written(entries: list[Entry], dumps: list[RankDump]) -> int:
+    return max(dumps[entry.file].written_ns for entry in entries)
+
+
+def _interval_messages(
+    job: str,
+    comm: str,
+    size: int,
+    comm_rank: int,
+    global_rank: int,
+    written_ns: int,
+    ops: list[Op],
+    place: RankPlace | None,
+    interval_ns: int,
+) -> list[Collective]:
+    """The messages a live agent would have sent for one rank and communicator."""
+    if not ops:
+        return []
+    ops = sorted(ops, key=lambda op: op.enter_ns)
+    stop = max(written_ns, max(op.end_ns or op.enter_ns for op in ops))
+    messages: list[Collective] = []
+    start = max(ops[0].enter_ns, stop - MAX_INTERVALS * interval_ns)
+    ts = start - start % interval_ns + interval_ns
+    next_index = 0
+    open_ops: list[Op] = []
+    while True:
+        chosen = [op for op in open_ops if op.end_ns is not None and op.end_ns < ts]
+        open_ops = [op for op in open_ops if op not in chosen]
+        while next_index < len(ops) and ops[next_index].enter_ns < ts:
+            op = ops[next_index]
+            next_index += 1
+            chosen.append(op)
+            if op.end_ns is None or op.end_ns >= ts:
+                open_ops.append(op)
+        chosen.sort(key=lambda op: op.seq)
+        for first in range(0, max(len(chosen), 1), MAX_ITEMS):
+            part = chosen[first : first + MAX_ITEMS]
+            messages.append(_message(job, comm, size, comm_rank, global_rank, ts, part, place))
+        if ts >= stop:
+            break
+        ts += interval_ns
+    return messages
+
+
+def _message(
+    job: str,
+    comm: str,
+    size: int,
+    comm_rank: int,
+    global_rank: int,
+    ts_ns: int,
+    ops: list[Op],
+    place: RankPlace | None,
+) -> Collective:
+    return Collective.of(
+        job=job,
+        comm=comm,
+        comm_size=size,
+        rank=comm_rank,
+        global_rank=global_rank,
+        node=place.node if place is not None else None,
+        gpu=place.gpu if place is not None else None,
+        ts_ns=ts_ns,
+        ops=Ops(
+            seq=tuple(op.seq for op in ops),
+            op=tuple(op.op for op in ops),
+            bytes=tuple(op.nbytes for op in ops),
+            enter_ns=tuple(op.enter_ns for op in ops),
+            end_ns=tuple(
+                op.end_ns if op.end_ns is not None and op.end_ns < ts_ns else None for op in ops
+            ),
+        ),
+    )

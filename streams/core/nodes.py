@@ -1,0 +1,100 @@
+"""Node liveness within a job: a node silent while the job's others report is down."""
+
+from __future__ import annotations
+
+from schemas.messages import Diagnosis
+from streams.core.findings import FindingBook, SuspectScore
+from streams.core.groups import JobGroups
+from streams.core.params import DetectorParams
+
+
+class NodeWatch:
+    """Fires and resolves a job's ``node_down`` findings from when its nodes last reported."""
+
+    def __init__(self, groups: JobGroups, params: DetectorParams, book: FindingBook) -> None:
+        self._groups = groups
+        self._params = params
+        self._book = book
+        # Nodes whose node_down just resolved -> when: their ranks report again one by one,
+        # and those not yet back must not read as a new hang meanwhile.
+        self.back_ns: dict[str, int] = {}
+        # The job's latest report time. After a gap in which none of its nodes reported
+        # (the data path stopped: agents or broker away, records skipped, a restore from a
+        # snapshot older than the offsets the worker goes on from), the first report is no
+        # sign that the other nodes are gone: until each reports again they count as seen
+        # at that report (``_seen_floor``), and one silent for ``silent_after`` past it is.
+        self._data_ns = -1
+        self._seen_floor: tuple[int, frozenset[str]] | None = None
+
+    def on_report(self, ts_ns: int) -> None:
+        """A report of the job at ``ts_ns``, before its group takes it."""
+        if ts_ns > self._data_ns:
+            if self._data_ns >= 0 and ts_ns - self._data_ns > self._params.silent_after_ns:
+                self._resume_after_gap(ts_ns)
+            self._data_ns = ts_ns
+
+    def last_seen(self) -> dict[str, int]:
+        """Each node of the job -> its latest report (event time)."""
+        seen: dict[str, int] = {}
+        for tracker in self._groups.comms.values():
+            for member in tracker.members:
+                node, _, _ = self._groups.place(member)
+                if node is not None and member.last_seen_ns >= 0:
+                    seen[node] = max(seen.get(node, -1), member.last_seen_ns)
+        if self._seen_floor is not None:
+            floor, nodes = self._seen_floor
+            for node in nodes & seen.keys():
+                seen[node] = max(seen[node], floor)
+        return seen
+
+    def _resume_after_gap(self, ts_ns: int) -> None:
+        """The first report after the whole job was silent: a gap is no node's silence."""
+        down = set(self._book.open_keys(self._groups.job, "node_down"))
+        nodes = frozenset(node for node in self.last_seen() if node not in down)
+        self._seen_floor = (ts_ns, nodes)
+
+    def check(self, now_ns: int, out: list[Diagnosis]) -> set[str]:
+        """Fire and resolve node_down at ``now_ns``; the nodes down now."""
+        job = self._groups.job
+        seen = self.last_seen()
+        cutoff = now_ns - self._params.silent_after_ns
+        alive = [node for node, ts in seen.items() if ts >= cutoff]
+        # Gone means silent while the others went on reporting for as long: when every
+        # node stops together (the job ended, the data stopped) none of them is down.
+        latest = max(seen.values(), default=-1)
+        down = {
+            node
+            for node, ts in seen.items()
+            if ts < cutoff and ts < latest - self._params.silent_after_ns
+        }
+        for node in sorted(down):
+            fired = self._book.fire(
+                job,
+                "node_down",
+                node,
+                seen[node],
+                now_ns,
+                (SuspectScore("node", node, 0.95),),
+                {"last_seen_ns": seen[node], "nodes_alive": len(alive)},
+            )
+            if fired:
+                out.append(fired)
+        for node in self._book.open_keys(job, "node_down"):
+            if node not in down and (
+                resolved := self._book.resolve(job, "node_down", node, now_ns)
+            ):
+                out.append(resolved)
+                self.back_ns[node] = now_ns
+        return down
+
+    def coming_back(self, now_ns: int) -> set[str]:
+        """Nodes back from node_down for less than ``silent_after``: still rejoining."""
+        grace = self._params.silent_after_ns
+        for node in [n for n, at in self.back_ns.items() if now_ns - at >= grace]:
+            del self.back_ns[node]
+        return set(self.back_ns)
+
+    def restore(self, back_ns: dict[str, int], data_ns: int) -> None:
+        """Take the rejoining nodes of a snapshot, and the job's latest report in it."""
+        self.back_ns = back_ns
+        self._data_ns = data_ns
