@@ -74,6 +74,8 @@ def _default_classes() -> dict[DiagnosisClass, tuple[str, ...]]:
         "comm_slow": ("alert",),
         "link_down": ("reroute", "alert"),
         "link_degraded": ("reroute", "alert"),
+        # A rank that never joined may be a script's fault as well as a node's: tell people.
+        "ranks_missing": ("alert",),
     }
     return classes
 

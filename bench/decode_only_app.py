@@ -19,7 +19,7 @@ from c4.settings import load_settings  # noqa: E402
 from c4.streams_wiring import faust_broker_url  # noqa: E402
 from schemas.base import C4Model  # noqa: E402
 from schemas.topics import ALL_TOPICS  # noqa: E402
-from streams.app import INPUT_TOPICS, create_app  # noqa: E402
+from streams.intake_app import INPUT_TOPICS, create_app  # noqa: E402
 from streams.metrics import StreamMetrics  # noqa: E402
 
 settings = load_settings()

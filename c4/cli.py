@@ -20,7 +20,7 @@ SUBCOMMANDS = {
     "validate": "c4.validate",
     "schemas": "c4.schemas_cmd",
     "stack": "c4.stack",
-    "topics": "c4.topics",
+    "topics": "c4.topics_cmd",
     "doctor": "c4.doctor",
     "streams": "c4.streams_cmd",
     "diagnose": "c4.diagnose_cmd",

@@ -34,13 +34,13 @@ from schemas.codec import encode
 from schemas.files import Topology
 from schemas.messages import Diagnosis
 from schemas.topics import ALL_TOPICS, FABRIC_KEY
-from streams.app import INPUT_TOPICS, create_app
 from streams.core.engine import Engine
 from streams.core.fabric import FabricHub
 from streams.core.params import DetectorParams
 from streams.core.slowpath import SlowPath
 from streams.core.snapshot import SnapshotError, base_key, read_snapshot, write_snapshot
 from streams.durable import DurableDetection
+from streams.intake_app import INPUT_TOPICS, create_app
 from streams.live import InputLag, LiveDetection
 from streams.metrics import StreamMetrics
 from streams.shared import TableFacts

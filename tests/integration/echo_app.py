@@ -11,7 +11,7 @@ import os
 from c4.streams_wiring import faust_broker_url
 from schemas.base import C4Model
 from schemas.codec import encode
-from streams.app import create_app
+from streams.intake_app import create_app
 
 PREFIX = os.environ["C4_TEST_TOPIC_PREFIX"]
 NAMES = {kind: f"{PREFIX}.{kind}" for kind in ("collective", "link", "gpu", "job", "deadletter")}
