@@ -230,6 +230,12 @@ class DetectionFlow:
             value_serializer="raw",
             partitions=config.partitions,
         )
+        self._placements = self.app.topic(
+            topics.names["job"],
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=config.partitions,
+        )
         # Internal: Faust creates it (one partition: the correlator runs in one place).
         self._fabric_paths = self.app.topic(
             topics.fabric_paths,
@@ -266,6 +272,10 @@ class DetectionFlow:
         found = self.durable.on_message(message)
         self.facts.learn(message, self.durable.engine)
         await self.publish(found)
+        for placement in self.durable.engine.drain_placements():
+            # Assembled from the ranks' reports: on the job topic for the action workers
+            # (and back to this worker, where the same placement changes nothing).
+            await self._placements.send(key=placement.job.encode(), value=encode(placement))
 
     async def correlate(self, stream: Any) -> None:
         """The ``fabric-paths`` agent: every worker's slow paths into the correlator."""

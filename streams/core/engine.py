@@ -11,11 +11,12 @@ from typing import Any, Protocol
 
 from schemas.base import C4Model
 from schemas.files import Topology
-from schemas.messages import Collective, Collectives, Diagnosis, Gpu, Job, Link, Route
+from schemas.messages import Collective, Collectives, Diagnosis, Gpu, Job, Link, Member, Route
 from streams.core.clock import TickClock
 from streams.core.fabric import FabricCorrelator
 from streams.core.hardware import HardwareMonitor
 from streams.core.job import JobDetector
+from streams.core.membership import MembershipBook
 from streams.core.params import DetectorParams
 from streams.core.places import PlacementIndex, PortHealth, Routes, port_id
 from streams.core.slowpath import SlowPath
@@ -52,6 +53,7 @@ class RouteBook:
 
 # The messages that carry measurements (and so event time); job and route are facts.
 DATA_KINDS = (Collective, Link, Gpu)
+MEMBERSHIP_KEY = "membership"  # a job's member reports, in its snapshot
 
 
 class SharedFacts(Protocol):
@@ -204,6 +206,9 @@ class Engine:
         }
         self.local_fabric = local_fabric
         self.jobs: dict[str, JobDetector] = {}
+        # Placements assembled from the ranks' own reports, and the ones not handed out yet.
+        self.membership = MembershipBook()
+        self._assembled: list[Job] = []
         self.clock = TickClock(self.params.tick_ns)
         self.counts: dict[str, int] = {}
         self._reported_paths: dict[str, list[SlowPath]] = {}
@@ -265,8 +270,16 @@ class Engine:
                 self.held.discard(message.job)
                 if stopped is not None:
                     out.extend(stopped.close(message.ts_ns))
+                out.extend(self.membership.close(message.job, message.ts_ns))
             else:
                 self._job(message.job).on_job(message)
+        elif isinstance(message, Member):
+            for caused in self.membership.ingest(message):
+                if isinstance(caused, Job):
+                    self._assembled.append(caused)
+                    out.extend(self.process(caused))
+                elif isinstance(caused, Diagnosis):
+                    out.append(caused)
         elif isinstance(message, Route):
             self.routes.update(message, self.clock.now_ns)
         if isinstance(message, DATA_KINDS):
@@ -289,6 +302,7 @@ class Engine:
             out.extend(self._check_job(job, detector, now_ns))
             slow_paths.extend(detector.slow_paths)
         out.extend(self.hardware.check(now_ns))
+        out.extend(self.membership.check(now_ns))
         if self.local_fabric:
             # The jobs' other paths: read only when the correlator has a tie to break.
             seen = (path for detector in self.jobs.values() for path in detector.fabric_seen)
@@ -355,6 +369,12 @@ class Engine:
             self._changed_paths[job] = list(detector.slow_paths)
         return found
 
+    def drain_placements(self) -> list[Job]:
+        """The placements assembled from member reports since the last call (live: to be
+        published on the job topic, where the action workers and other workers read them)."""
+        assembled, self._assembled = self._assembled, []
+        return assembled
+
     def drain_slow_paths(self) -> dict[str, list[SlowPath]]:
         """Each job's slow paths that changed since the last call (for a remote correlator)."""
         changed, self._changed_paths = self._changed_paths, {}
@@ -364,10 +384,20 @@ class Engine:
     def job_state(self, job: str) -> dict[str, Any] | None:
         """One job's detector state as plain data; None for a job not tracked here."""
         detector = self.jobs.get(job)
-        return None if detector is None else detector.state()
+        world = self.membership.job_state(job)
+        if detector is None and world is None:
+            return None
+        state = {} if detector is None else detector.state()
+        return state if world is None else state | {MEMBERSHIP_KEY: world}
 
     def restore_job(self, job: str, state: dict[str, Any]) -> None:
         """Take over a job from a snapshot (its findings were published before it was taken)."""
+        world = state.get(MEMBERSHIP_KEY)
+        if world is not None:
+            self.membership.restore_job(job, world)
+            state = {key: value for key, value in state.items() if key != MEMBERSHIP_KEY}
+            if not state:
+                return  # its ranks reported, none of its collectives came yet
         detector = self._job(job)
         detector.restore(state)
         if detector.placement:
@@ -380,6 +410,7 @@ class Engine:
         """Forget a job whose partition moved to another worker."""
         self.jobs.pop(job, None)
         self.held.discard(job)
+        self.membership.drop(job)
         self.placements.forget(job)
         self._reported_paths.pop(job, None)
         self._changed_paths.pop(job, None)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.base import C4Model
-from schemas.messages import DiagnosisClass, Job, Member, RankPlace
+from schemas.messages import Diagnosis, DiagnosisClass, Job, Member, RankPlace
 from streams.core.findings import FindingBook, SuspectScore
 
 RANKS_MISSING: DiagnosisClass = "ranks_missing"
@@ -38,6 +38,7 @@ class World:
     last_ns: int = 0
     members: dict[int, Member] = field(default_factory=dict)
     published: tuple[RankPlace, ...] | None = None
+    findings: FindingBook = field(default_factory=FindingBook)
 
     def complete(self) -> bool:
         """Whether every rank of the world has reported."""
@@ -86,7 +87,6 @@ class MembershipBook:
     def __init__(self, join_bound_ns: int = DEFAULT_JOIN_BOUND_NS) -> None:
         self.join_bound_ns = join_bound_ns
         self._worlds: dict[str, World] = {}
-        self._findings = FindingBook()
 
     def ingest(self, member: Member) -> list[C4Model]:
         """Take one report; the messages it causes (a placement, a resolved finding)."""
@@ -94,13 +94,10 @@ class MembershipBook:
         out: list[C4Model] = []
         if world is not None and member.restart < world.restart:
             return out  # a report of a run that has been replaced
-        if (
-            world is None
-            or member.restart > world.restart
-            or (member.world_size != world.world_size)
-        ):
+        if world is None or member.restart > world.restart or member.world_size != world.world_size:
             # A new run, or the world re-formed with another size: start over.
-            out.extend(self._resolve(member.job, member.ts_ns))
+            if world is not None:
+                out.extend(world.findings.resolve_all(member.ts_ns))
             world = World(member.restart, member.world_size, member.ts_ns)
             self._worlds[member.job] = world
         world.members[member.rank] = member
@@ -109,17 +106,17 @@ class MembershipBook:
             places = world.places()
             if places != world.published:
                 world.published = places
-                out.append(self._placement(member.job, world))
-            out.extend(self._resolve(member.job, world.last_ns))
+                out.append(_placement(member.job, world))
+            out.extend(world.findings.resolve_all(world.last_ns))
         return out
 
-    def check(self, now_ns: int) -> list[C4Model]:
+    def check(self, now_ns: int) -> list[Diagnosis]:
         """Findings for worlds still incomplete past the bound (fired once each)."""
-        out: list[C4Model] = []
+        out: list[Diagnosis] = []
         for job, world in self._worlds.items():
             if world.complete() or now_ns - world.first_ns < self.join_bound_ns:
                 continue
-            fired = self._fire(job, world, now_ns)
+            fired = _fire(job, world, now_ns)
             if fired is not None:
                 out.append(fired)
         return out
@@ -129,79 +126,71 @@ class MembershipBook:
         world = self._worlds.get(job)
         return None if world is None else world.published
 
-    def forget(self, job: str, now_ns: int) -> list[C4Model]:
-        """Drop a job (it stopped); resolves its open finding."""
+    def close(self, job: str, now_ns: int) -> list[Diagnosis]:
+        """The job stopped: forget it, resolving its open finding."""
+        world = self._worlds.pop(job, None)
+        return [] if world is None else world.findings.resolve_all(now_ns)
+
+    def drop(self, job: str) -> None:
+        """Forget a job without a word (its partition moved to another worker)."""
         self._worlds.pop(job, None)
-        return list(self._resolve(job, now_ns))
 
-    def _placement(self, job: str, world: World) -> Job:
-        return Job(
-            v=1,
-            kind="job",
-            job=job,
-            ts_ns=world.last_ns,
-            state="running",
-            ranks=world.published or (),
-            comms={},
-        )
-
-    def _fire(self, job: str, world: World, now_ns: int) -> C4Model | None:
-        missing = world.missing()
-        named = missing[:MAX_NAMED_RANKS]
-        suspects = [SuspectScore("rank", f"{job}/rank{rank}", 1.0) for rank in named]
-        suspects += [
-            SuspectScore("node", node, share) for node, share in meant_nodes(world, missing)
-        ]
-        evidence: dict[str, Any] = {
-            "world_size": world.world_size,
-            "reported": len(world.members),
-            "missing": len(missing),
-            "restart": world.restart,
-        }
-        return self._findings.fire(
-            job,
-            RANKS_MISSING,
-            str(world.restart),
-            world.first_ns,
-            now_ns,
-            tuple(suspects),
-            evidence,
-        )
-
-    def _resolve(self, job: str, now_ns: int) -> list[C4Model]:
-        out: list[C4Model] = []
-        for key in self._findings.open_keys(job, RANKS_MISSING):
-            closed = self._findings.resolve(job, RANKS_MISSING, key, now_ns)
-            if closed is not None:
-                out.append(closed)
-        return out
-
-    def state(self) -> dict[str, Any]:
-        """Everything, as plain data for a snapshot."""
+    def job_state(self, job: str) -> dict[str, Any] | None:
+        """One job's world as plain data for a snapshot; None when none is held."""
+        world = self._worlds.get(job)
+        if world is None:
+            return None
         return {
-            "worlds": {
-                job: {
-                    "restart": w.restart,
-                    "world_size": w.world_size,
-                    "first_ns": w.first_ns,
-                    "last_ns": w.last_ns,
-                    "members": [m.model_dump(mode="json") for m in w.members.values()],
-                    "published": w.published is not None,
-                }
-                for job, w in self._worlds.items()
-            },
-            "findings": self._findings.state(),
+            "restart": world.restart,
+            "world_size": world.world_size,
+            "first_ns": world.first_ns,
+            "last_ns": world.last_ns,
+            "members": [m.model_dump(mode="json") for m in world.members.values()],
+            "published": world.published is not None,
+            "findings": world.findings.state(),
         }
 
-    def restore(self, state: dict[str, Any]) -> None:
-        """Take back what `state` gave (reports are validated again on the way in)."""
-        for job, saved in state["worlds"].items():
-            world = World(saved["restart"], saved["world_size"], saved["first_ns"])
-            world.last_ns = saved["last_ns"]
-            for dumped in saved["members"]:
-                member = Member.model_validate(dumped)
-                world.members[member.rank] = member
-            if saved["published"] and world.complete():
-                world.published = world.places()
-            self._worlds[job] = world
-        self._findings.restore(state["findings"])
+    def restore_job(self, job: str, state: dict[str, Any]) -> None:
+        """Take back what `job_state` gave (reports are validated again on the way in)."""
+        world = World(state["restart"], state["world_size"], state["first_ns"])
+        world.last_ns = state["last_ns"]
+        for dumped in state["members"]:
+            member = Member.model_validate(dumped)
+            world.members[member.rank] = member
+        if state["published"] and world.complete():
+            world.published = world.places()
+        world.findings.restore(state["findings"])
+        self._worlds[job] = world
+
+
+def _placement(job: str, world: World) -> Job:
+    return Job(
+        v=1,
+        kind="job",
+        job=job,
+        ts_ns=world.last_ns,
+        state="running",
+        ranks=world.published or (),
+        comms={},
+    )
+
+
+def _fire(job: str, world: World, now_ns: int) -> Diagnosis | None:
+    missing = world.missing()
+    suspects = [SuspectScore("rank", f"{job}/rank{r}", 1.0) for r in missing[:MAX_NAMED_RANKS]]
+    suspects += [SuspectScore("node", node, share) for node, share in meant_nodes(world, missing)]
+    evidence: dict[str, Any] = {
+        "world_size": world.world_size,
+        "reported": len(world.members),
+        "missing": len(missing),
+        "restart": world.restart,
+    }
+    return world.findings.fire(
+        job,
+        RANKS_MISSING,
+        str(world.restart),
+        world.first_ns,
+        now_ns,
+        tuple(suspects),
+        evidence,
+    )

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import orjson
 
+from schemas.base import C4Model
 from schemas.codec import decode
 from schemas.messages import Diagnosis, Job, Member
 from schemas.records import Rejected, decode_record
+from streams.core.engine import Engine
 from streams.core.membership import MembershipBook
 from tests.contract import contract_examples
+from tests.unit.ring_job import T0 as RING_T0
+from tests.unit.ring_job import RingJob
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
@@ -110,7 +114,9 @@ def test_the_state_survives_a_snapshot() -> None:
         book.ingest(member(rank))
     book.check(T0 + S)
     restored = MembershipBook(join_bound_ns=S)
-    restored.restore(orjson.loads(orjson.dumps(book.state())))
+    saved = book.job_state("4242")
+    assert saved is not None and book.job_state("other") is None
+    restored.restore_job("4242", orjson.loads(orjson.dumps(saved)))
     assert restored.check(T0 + 5 * S) == []  # already fired before the snapshot
     job, resolved = restored.ingest(member(7, ts=T0 + 6 * S))
     assert isinstance(job, Job) and len(job.ranks) == 8
@@ -128,3 +134,57 @@ def test_member_reports_travel_on_the_job_topic_and_are_checked() -> None:
     (elsewhere,) = decode_record(orjson.dumps(example), "collective")
     assert isinstance(elsewhere, Rejected) and elsewhere.reason.startswith("kind: expected")
     assert not isinstance(decode(orjson.dumps(example | {"restart": -1})), Member)
+
+
+def ring_members(job: RingJob, ranks: range) -> list[Member]:
+    return [
+        Member(
+            v=1,
+            kind="member",
+            job=job.job,
+            ts_ns=RING_T0 + rank,
+            rank=rank,
+            world_size=job.n,
+            node=job.place(rank)[0],
+            gpu=job.place(rank)[1],
+            port=job.place(rank)[2],
+        )
+        for rank in ranks
+    ]
+
+
+def engine_findings(messages: list[C4Model]) -> tuple[list[Diagnosis], Engine]:
+    engine = Engine()
+    found = [d for message in messages for d in engine.process(message)]
+    return found + engine.advance(engine.now_ns + 120 * S), engine
+
+
+def test_the_engine_names_the_gpu_from_the_ranks_reports_alone() -> None:
+    job = RingJob(stuck_rank={11: 40})
+    # Collective messages that say nothing of where they run (node, GPU): only the ranks'
+    # own reports place them.
+    bare = [m.model_copy(update={"node": None, "gpu": None}) for m in job.messages()]
+    unplaced, _ = engine_findings(list(bare))
+    assert [d.suspects[0].id for d in unplaced] == ["job-1/rank11"]
+    placed, engine = engine_findings([*ring_members(job, range(16)), *bare])
+    assert [(d.class_, d.suspects[0].id) for d in placed] == [("noncomm_hang", "node-001/gpu3")]
+    (assembled,) = engine.drain_placements()
+    assert assembled.job == "job-1" and len(assembled.ranks) == 16
+    assert engine.drain_placements() == []
+
+
+def test_the_engine_fires_ranks_missing_and_keeps_it_in_the_job_snapshot() -> None:
+    job = RingJob()
+    found, engine = engine_findings([*ring_members(job, range(14)), *job.messages()])
+    missing = [d for d in found if d.class_ == "ranks_missing"]
+    assert [s.id for s in missing[0].suspects] == ["job-1/rank14", "job-1/rank15"]
+    state = engine.job_state("job-1")
+    assert state is not None and "membership" in state
+    restored = Engine()
+    restored.restore_job("job-1", orjson.loads(orjson.dumps(state)))
+    (late,) = ring_members(job, range(14, 15))
+    assert restored.process(late) == []
+    (last,) = ring_members(job, range(15, 16))
+    (resolved,) = restored.process(last)
+    assert resolved.id == missing[0].id and resolved.state == "resolved"
+    assert len(restored.drain_placements()) == 1
