@@ -177,12 +177,30 @@ class RerouteSettings(_Frozen):
         return value
 
 
+class Scheduler(_Frozen):
+    """The scheduler the isolate and restart actions drive (none: the Redis state only).
+
+    With ``slurm``: isolate drains the node (of a GPU or port too) with a reason starting
+    ``c4:<diagnosis>``, restart requeues the job (keeping it off the failed nodes when
+    ``exclude_failed_nodes``), release resumes only what c4 drained, and the spare pool
+    mirrors Slurm's idle nodes every ``mirror_spares_s``.
+    """
+
+    kind: Literal["none", "slurm"] = "none"
+    slurm_conf: str | None = Field(default=None, description="SLURM_CONF for scontrol and sinfo")
+    exclude_failed_nodes: bool = True
+    command_timeout_s: float = Field(default=30.0, gt=0)
+    retry: Backoff = Backoff(tries=5)
+    mirror_spares_s: float = Field(default=30.0, gt=0)
+
+
 class WorkerConfig(_Frozen):
     """Everything ``c4 actions worker`` reads from its configuration file."""
 
     policy: Policy = Policy()
     retry: Backoff = Backoff()
     launcher: Launcher = Launcher()
+    scheduler: Scheduler = Scheduler()
     receivers: tuple[Receiver, ...] = ()
     reroute: RerouteSettings = RerouteSettings()
     # A worker that stops renewing its claim on a diagnosis loses it after this long.

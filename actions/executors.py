@@ -76,6 +76,11 @@ class Executor(abc.ABC):
         """Called once when a step failed for good (after its last try)."""
         del step, result, context
 
+    def preview(self, step: Step, diagnosis: Diagnosis) -> list[str]:
+        """What ``execute`` would run outside c4 (commands), for a dry run; none by default."""
+        del step, diagnosis
+        return []
+
 
 def limits_of(config: WorkerConfig) -> RateLimits:
     """The rate limits of the policy, in the state scripts' units."""

@@ -50,6 +50,9 @@ class Reason(StrEnum):
     PLAN_CHANGED = "plan_changed"  # another plan came into force meanwhile (retryable)
     STATE_INVALID = "state_invalid"  # Redis holds a topology, placement or plan that is not valid
     NO_ROUTE = "no_route"  # the planner could not plan the reroute
+    SCHEDULER_UNAVAILABLE = "scheduler_unavailable"  # Slurm's controller did not answer
+    SCHEDULER_REJECTED = "scheduler_rejected"  # Slurm refused the command
+    JOB_ENDED = "job_ended"  # the scheduler's job is over: nothing to restart
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,7 +107,7 @@ class Pipeline:
         decide = PlanStage(view, state.claims, config, undoing)
         steps: Chain[StepRun]
         if dry_run:
-            steps = Chain(VerdictStage(), DryRunStage())
+            steps = Chain(VerdictStage(), DryRunStage(executors))
             self._stages: Chain[Handling] = Chain(decide, StepsStage(steps))
         else:
             lease_ms = int(config.claim_lease_s * 1000)

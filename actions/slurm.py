@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -108,6 +108,7 @@ class Answer(StrEnum):
     HELD = "held"  # a person drained the node: c4 leaves it alone
     NOT_DRAINED = "not_drained"
     ENDED = "ended"  # the job is over: nothing to requeue
+    KEPT = "kept"  # drained by c4 for another part of the node: stays drained
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +153,12 @@ def drain_reason(diagnosis: str, cls: str, component: str) -> str:
     """The reason c4 gives a drain: its prefix, the diagnosis, its class and component."""
     reason = f"{REASON_PREFIX}{diagnosis} {cls} {component}"
     return reason[:MAX_REASON]
+
+
+def drained_for(reason: str) -> str | None:
+    """The component a c4 drain reason names (its third word), if it is c4's."""
+    words = reason.split()
+    return words[2] if reason.startswith(REASON_PREFIX) and len(words) >= 3 else None
 
 
 def parse_fields(text: str) -> dict[str, str]:
@@ -217,13 +224,16 @@ class Slurm:
         self._change(["scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}"])
         return Answer.DONE
 
-    def resume(self, name: str) -> Answer:
-        """Resume a node that c4 drained; a node a person drained is left alone."""
+    def resume(self, name: str, component: str | None = None) -> Answer:
+        """Resume a node that c4 drained; a node a person drained is left alone, and so is
+        one c4 drained for another part than ``component`` (a GPU of it, say)."""
         node = self.node(name)
         if not node.drained:
             return Answer.NOT_DRAINED
         if not node.drained_by_c4:
             return Answer.HELD
+        if component is not None and drained_for(node.reason) not in (component, name):
+            return Answer.KEPT
         self._change(["scontrol", "update", f"NodeName={name}", "State=RESUME"])
         return Answer.DONE
 
@@ -231,7 +241,13 @@ class Slurm:
         """One job's state, restart count, nodes and c4's mark."""
         return parse_job(self._query(["scontrol", "-o", "show", "job", job_id]))
 
-    def requeue(self, job_id: str, diagnosis: str, exclude: Sequence[str] = ()) -> Answer:
+    def requeue(
+        self,
+        job_id: str,
+        diagnosis: str,
+        exclude: Sequence[str] = (),
+        requeued: Callable[[], None] = lambda: None,
+    ) -> Answer:
         """Requeue a job once for a diagnosis, then keep it off ``exclude`` and let it start.
 
         Slurm holds a requeued job for a while (its begin time); the hold is lifted here,
@@ -250,6 +266,7 @@ class Slurm:
         comment = f"{MARK_PREFIX}{diagnosis}@{info.restarts}"
         self._change(["scontrol", "update", f"JobId={job_id}", f"AdminComment={comment}"])
         self._change(["scontrol", "requeue", job_id])
+        requeued()  # a test's crash point: requeued, hold not lifted yet
         self._keep_off(info, exclude)
         return Answer.DONE
 

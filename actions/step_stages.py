@@ -16,9 +16,12 @@ the deciding one pass it through. Each answers a `StageResult` (`actions.stages.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
+
+from pydantic import JsonValue
 
 from actions.config import Backoff
 from actions.executors import Context, Executor
@@ -29,6 +32,8 @@ from actions.stages import Clock, StepRun
 from actions.state.protocols import ClaimRecords, Claims
 
 Sleep = Callable[[float], None]
+
+log = logging.getLogger("c4.actions")
 
 
 def run_with_retry(attempt: Callable[[], Result], backoff: Backoff, sleep: Sleep) -> Result:
@@ -62,11 +67,19 @@ class VerdictStage:
 
 
 class DryRunStage:
-    """dry run: nothing is executed."""
+    """dry run: nothing is executed; what would run outside c4 is logged and recorded."""
+
+    def __init__(self, executors: Mapping[str, Executor]) -> None:
+        self._executors = executors
 
     def run(self, item: StepRun) -> StageResult:
         if item.result is None:
-            item.result = skipped(Reason.DRY_RUN, "dry run: not executed")
+            executor = self._executors[item.step.action]
+            commands = executor.preview(item.step, item.handling.diagnosis)
+            for command in commands:
+                log.info("dry run, would run: %s", command)
+            detail: dict[str, JsonValue] = {"would_run": list(commands)} if commands else {}
+            item.result = skipped(Reason.DRY_RUN, "dry run: not executed", **detail)
         return GO
 
 

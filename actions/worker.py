@@ -33,7 +33,9 @@ from actions.metrics import ActionMetrics
 from actions.pipeline import Busy, Pipeline
 from actions.plan_store import PlanStore
 from actions.reroute_executor import RerouteExecutor
-from actions.state import StateUnavailable
+from actions.slurm import CommandRunner, Slurm, SlurmError
+from actions.slurm_executors import SlurmIsolateExecutor, SlurmRestartExecutor, SpareMirror
+from actions.state import StateError, StateUnavailable
 from actions.state.protocols import JobRecorder
 from actions.state.store import RedisState
 from actions.transport import KafkaTransport, TransportUnavailable
@@ -106,12 +108,31 @@ def build_executors(
         metrics.plan_max_util.set(max_util)
         metrics.routes.inc(routes)
 
+    def publish_scheduler_letter(letter: Deadletter, key: str) -> None:
+        transport.publish(letter, key=key)
+        transport.flush()
+        metrics.deadletters.labels("slurm").inc()
+
     # The plan in force lives under the cluster state's prefix, beside what it is made from.
     plans = PlanStore(state.client, f"{state.keys.prefix}:plan:")
     launcher = JobLauncher(config.launcher)
+    scheduler = config.scheduler
+    if scheduler.kind == "slurm":
+        slurm = Slurm(CommandRunner(scheduler.slurm_conf, scheduler.command_timeout_s))
+        isolate: Executor = SlurmIsolateExecutor(
+            state.components, config, slurm, publish_scheduler_letter
+        )
+        restart: Executor = SlurmRestartExecutor(
+            config, slurm, publish_scheduler_letter, checkpoint
+        )
+    else:
+        isolate = IsolateExecutor(state.components, config)
+        restart = RestartExecutor(
+            state.jobs, state.claims, config, publish_job, launcher, checkpoint
+        )
     executors: list[Executor] = [
-        IsolateExecutor(state.components, config),
-        RestartExecutor(state.jobs, state.claims, config, publish_job, launcher, checkpoint),
+        isolate,
+        restart,
         AlertExecutor(config, publish_dead_letter),
         RerouteExecutor(
             state.components,
@@ -126,6 +147,31 @@ def build_executors(
     return {executor.name: executor for executor in executors}
 
 
+def build_housekeeping(
+    state: RedisState, config: WorkerConfig, actor: str
+) -> Callable[[], None] | None:
+    """What the worker does between records: with Slurm, mirror its idle nodes as spares."""
+    scheduler = config.scheduler
+    if scheduler.kind != "slurm":
+        return None
+    slurm = Slurm(CommandRunner(scheduler.slurm_conf, scheduler.command_timeout_s))
+    mirror = SpareMirror(slurm, state.components, scheduler.mirror_spares_s, actor)
+
+    def mirror_spares() -> None:
+        now = time.monotonic()
+        if not mirror.due(now):
+            return
+        try:
+            added, taken = mirror.sync(now, time.time_ns())
+        except (SlurmError, StateUnavailable, StateError) as error:
+            log.warning("spare pool not mirrored from Slurm: %s", error)
+            return
+        if added or taken:
+            log.info("spare pool from Slurm: +%s -%s", added, taken)
+
+    return mirror_spares
+
+
 class ActionWorker:
     """The consume -> act -> record -> commit loop."""
 
@@ -137,7 +183,9 @@ class ActionWorker:
         topics: Topics,
         metrics: ActionMetrics,
         stop: threading.Event,
+        housekeeping: Callable[[], None] | None = None,
     ) -> None:
+        self._housekeeping = housekeeping
         self._transport = transport
         self._jobs = jobs
         self._pipeline = pipeline
@@ -148,6 +196,8 @@ class ActionWorker:
     def run(self) -> None:
         """Until stopped: take a record, handle it (retrying through outages), commit it."""
         while not self._stop.is_set():
+            if self._housekeeping is not None:
+                self._housekeeping()
             record = self._transport.poll(0.5)
             if record is None:
                 continue

@@ -12,7 +12,14 @@ from actions.metrics import ActionMetrics
 from actions.pipeline import Pipeline
 from actions.state import StateError, StateUnavailable
 from actions.transport import KafkaTransport
-from actions.worker import EXECUTORS, ActionWorker, Topics, build_executors, worker_id
+from actions.worker import (
+    EXECUTORS,
+    ActionWorker,
+    Topics,
+    build_executors,
+    build_housekeeping,
+    worker_id,
+)
 from c4 import C4Error
 from c4.security import KafkaAccessError, check_kafka_access, install_secret_redaction, redacted
 from c4.state_cmd import open_state
@@ -79,7 +86,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             pipeline = Pipeline(state, executors, config, actor, dry_run=args.dry_run)
             mode = " (dry run: nothing is changed)" if args.dry_run else ""
             log.info("worker %s: group %s, %s%s", actor, args.group, topics.diagnosis, mode)
-            ActionWorker(transport, state.jobs, pipeline, topics, metrics, stop).run()
+            housekeeping = None if args.dry_run else build_housekeeping(state, config, actor)
+            ActionWorker(transport, state.jobs, pipeline, topics, metrics, stop, housekeeping).run()
         except (StateUnavailable, ActionsError) as error:
             raise WorkerStartError(str(error)) from None
         finally:

@@ -12,8 +12,11 @@ import orjson
 from pydantic import JsonValue
 
 from actions import ActionsError
+from actions.config import ConfigError, load_config
 from actions.plan_store import PlanStore
 from actions.reroute_executor import give_back
+from actions.slurm import Answer, CommandRunner, Slurm, SlurmError
+from actions.slurm_executors import node_of
 from actions.state.store import RedisState
 from actions.transport import Outbox
 from c4 import C4Error
@@ -97,6 +100,34 @@ def _show(args: argparse.Namespace, state: RedisState, settings: Settings) -> in
     return 0
 
 
+def _resume_in_scheduler(config_path: str, kind: str, ident: str) -> dict[str, JsonValue]:
+    """Resume the part's node in the scheduler the actions worker drives, where c4 drained
+    it for this part; a node a person drained stays drained."""
+    try:
+        config = load_config(config_path)
+    except ConfigError as error:
+        message = f"released in Redis (audited), scheduler not told: {error}"
+        raise StateCommandError(message) from None
+    scheduler = config.scheduler
+    node = node_of(kind, ident)
+    if scheduler.kind != "slurm" or node is None:
+        return {}
+    slurm = Slurm(CommandRunner(scheduler.slurm_conf, scheduler.command_timeout_s))
+    try:
+        answer = slurm.resume(node, ident)
+    except SlurmError as error:
+        message = f"released in Redis (audited), but Slurm did not resume {node}: {error}"
+        raise StateCommandError(message) from None
+    said = {
+        Answer.DONE: f"slurm: {node} resumed",
+        Answer.NOT_DRAINED: f"slurm: {node} was not drained",
+        Answer.HELD: f"slurm: {node} left drained: a person drained it",
+        Answer.KEPT: f"slurm: {node} left drained: c4 drained it for another part",
+    }
+    print(said.get(answer, f"slurm: {node}: {answer.value}"))
+    return {"slurm": answer.value, "node": node}
+
+
 def _release(args: argparse.Namespace, state: RedisState, settings: Settings) -> int:
     now = time.time_ns()
     answer = state.components.release(args.id, now, now // 1_000_000, _actor())
@@ -124,6 +155,8 @@ def _release(args: argparse.Namespace, state: RedisState, settings: Settings) ->
             f"max link util {before} -> {back.after_max_util:.2f})"
         )
         detail |= {"plan": back.plan, "moved": back.moved, "links": list(back.links)}
+    if args.config is not None:
+        detail |= _resume_in_scheduler(args.config, kind, args.id)
     record = Action(
         v=1,
         kind="action",
@@ -192,6 +225,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.set_defaults(state_handler=_show)
     release = actions.add_parser("release", help="return an isolated part to service (audited)")
     release.add_argument("id", metavar="ID", help="node, GPU, port, link or switch id")
+    release.add_argument(
+        "--config",
+        help="the actions worker's configuration: with a Slurm scheduler, the node is resumed "
+        "there too, only while its drain reason is c4's for this part",
+    )
     release.set_defaults(state_handler=_release)
     audit = actions.add_parser("audit", help="the newest audit entries as JSON Lines")
     audit.add_argument("--count", type=int, default=100, help="how many (default 100)")

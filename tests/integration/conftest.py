@@ -11,6 +11,9 @@ import redis
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from c4.settings import Settings
+from c4.stack import StackError
+from c4.stack.slurm import slurm_down, slurm_status, slurm_up
 from tests.integration.actions_harness import Cluster, HttpReceiver
 from tests.integration.private_stack import PrivateStack
 
@@ -38,6 +41,30 @@ def redis_url() -> Iterator[str]:
     finally:
         client.close()
     yield url
+
+
+SLURM_PORT = 17817  # slurmctld; its slurmds take the next four
+
+
+@pytest.fixture(scope="session")
+def slurm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """A real Slurm cluster of four nodes (node-000..003) for the session, on ports of its
+    own, stopped at the end. A missing Slurm is installed; one that does not come up fails
+    the tests that need it (never a skip)."""
+    made = Settings(stack_dir=tmp_path_factory.mktemp("slurm-stack"), stack_slurm_port=SLURM_PORT)
+    try:
+        try:
+            first = slurm_up(made)
+        except StackError as error:
+            pytest.fail(f"the local Slurm cluster did not come up: {error}")
+        again = slurm_up(made)  # idempotent: the same daemons, nothing started twice
+        assert [s.pid for s in again] == [s.pid for s in first]
+        assert {s.detail for s in again} == {"already running"}
+        yield made
+    finally:
+        stopped = slurm_down(made)
+        assert {s.state for s in stopped} <= {"stopped"}
+        assert all(s.state == "stopped" for s in slurm_status(made))
 
 
 @pytest.fixture

@@ -1,8 +1,6 @@
 """The Slurm driver on a real local Slurm cluster (munged, slurmctld, four slurmds).
 
-The cluster is the stack's own (`c4.stack.slurm`), started for this module on ports of its
-own and stopped at the end; a missing Slurm is installed, a cluster that does not come up
-fails the tests (never a skip).
+The cluster is the stack's own (`c4.stack.slurm`, the ``slurm_stack`` fixture).
 """
 
 from __future__ import annotations
@@ -17,25 +15,13 @@ import pytest
 
 from actions.slurm import Answer, CommandRunner, JobInfo, Slurm, drain_reason
 from c4.settings import Settings
-from c4.stack.slurm import slurm_conf_path, slurm_down, slurm_env, slurm_status, slurm_up
-
-PORT = 17817
+from c4.stack.slurm import slurm_conf_path, slurm_env
 
 
 @pytest.fixture(scope="module")
-def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """A private Slurm cluster of four nodes, up for this module."""
-    made = Settings(stack_dir=tmp_path_factory.mktemp("slurm-stack"), stack_slurm_port=PORT)
-    try:
-        first = slurm_up(made)
-        again = slurm_up(made)  # idempotent: the same daemons, nothing started twice
-        assert [s.pid for s in again] == [s.pid for s in first]
-        assert {s.detail for s in again} == {"already running"}
-        yield made
-    finally:
-        stopped = slurm_down(made)
-        assert {s.state for s in stopped} == {"stopped"}
-        assert all(s.state == "stopped" for s in slurm_status(made))
+def settings(slurm_stack: Settings) -> Settings:
+    """The session's Slurm cluster."""
+    return slurm_stack
 
 
 def run(settings: Settings, *argv: str) -> str:

@@ -1,0 +1,98 @@
+"""Reading Slurm's answers and what a dry run would run (no Slurm needed here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from actions.config import parse_config
+from actions.policy import Step
+from actions.slurm import (
+    MAX_REASON,
+    NodeInfo,
+    SlurmError,
+    drain_reason,
+    drained_for,
+    parse_job,
+)
+from actions.slurm_executors import SlurmIsolateExecutor, SlurmRestartExecutor, node_of
+from schemas.files import Topology
+from tests.unit.test_actions_pipeline import diagnosis
+from topology.generate import Shape, generate
+from topology.slurm_conf import TOP_SWITCH, render_topology_conf
+
+SHOW_JOB = (
+    "JobId=42 JobName=train.sh UserId=root(0) JobState=PENDING Reason=BeginTime "
+    "Requeue=1 Restarts=2 BatchFlag=1 NodeList=(null) ExcNodeList=node-[001-002] "
+    "AdminComment=c4:requeue=d-5c1e@1 Command=/tmp/train.sh"
+)
+
+
+def test_a_job_line_is_read_with_c4s_mark() -> None:
+    job = parse_job(SHOW_JOB)
+    assert (job.job_id, job.state, job.restarts) == ("42", "PENDING", 2)
+    assert (job.nodes, job.excluded) == ("", "node-[001-002]")
+    assert job.mark() == ("d-5c1e", 1)
+    assert parse_job("JobId=7 JobState=RUNNING AdminComment=(null)").mark() is None
+    assert parse_job("JobId=7 AdminComment=c4:requeue=d-1@x").mark() is None
+    with pytest.raises(SlurmError, match="no job in scontrol's answer"):
+        parse_job("slurm_load_jobs error: Invalid job id specified")
+
+
+@pytest.mark.parametrize(
+    ("state", "drained"),
+    [
+        ("idle", False),
+        ("idle*", False),
+        ("mixed", False),
+        ("drained", True),
+        ("draining", True),
+        ("drained*", True),
+        ("down", False),
+    ],
+)
+def test_drained_is_read_from_sinfos_long_state(state: str, drained: bool) -> None:
+    assert NodeInfo("node-000", state, "").drained is drained
+
+
+def test_c4s_reasons_say_which_diagnosis_and_part() -> None:
+    reason = drain_reason("d-1", "gpu_fault", "node-001/gpu3")
+    assert reason == "c4:d-1 gpu_fault node-001/gpu3"
+    assert drained_for(reason) == "node-001/gpu3"
+    assert drained_for("disk check by ops") is None
+    assert NodeInfo("node-001", "drained", reason).drained_by_c4
+    assert not NodeInfo("node-001", "drained", "disk check").drained_by_c4
+    assert len(drain_reason("d-1", "gpu_fault", "x" * 500)) == MAX_REASON
+    assert (node_of("gpu", "node-001/gpu3"), node_of("port", "node-1/mlx5_0:1")) == (
+        "node-001",
+        "node-1",
+    )
+    assert node_of("link", "leaf-0a--spine-0") is None
+
+
+def test_a_dry_run_shows_the_commands_it_would_run() -> None:
+    config = parse_config({"scheduler": {"kind": "slurm"}}, {})
+    found = diagnosis()
+    isolate = SlurmIsolateExecutor(None, config, None, lambda letter, key: None)  # type: ignore[arg-type]
+    assert isolate.preview(Step("isolate", "node-002/gpu1", "gpu"), found) == [
+        "scontrol update NodeName=node-002 State=DRAIN 'Reason=c4:d-1 noncomm_hang node-002/gpu1'"
+    ]
+    assert isolate.preview(Step("isolate", "leaf-0a", "switch"), found) == []
+    restart = SlurmRestartExecutor(config, None, lambda letter, key: None)  # type: ignore[arg-type]
+    assert restart.preview(Step("restart", "42", "job", nodes=("node-002",)), found) == [
+        "scontrol update JobId=42 'AdminComment=c4:requeue=d-1@<restarts>'",
+        "scontrol requeue 42",
+        "scontrol update JobId=42 ExcNodeList=node-002",
+        "scontrol update JobId=42 StartTime=now",
+    ]
+
+
+def test_topology_conf_puts_nodes_under_their_first_ports_leaf() -> None:
+    topology = generate(Shape(nodes=4, spines=2, nics=1, planes=2, nodes_per_leaf=2, gpus=8))
+    assert isinstance(topology, Topology)
+    lines = render_topology_conf(topology).splitlines()
+    assert lines[1:3] == [
+        "SwitchName=leaf-0a Nodes=node-000,node-001",
+        "SwitchName=leaf-1a Nodes=node-002,node-003",
+    ]
+    assert "SwitchName=spine-a-0 Switches=leaf-0a,leaf-1a" in lines
+    assert lines[-1] == f"SwitchName={TOP_SWITCH} Switches=spine-a-0,spine-a-1"
