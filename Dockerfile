@@ -1,6 +1,7 @@
 FROM python:3.11-slim
 WORKDIR /opt/c4
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md MANIFEST.in c4_autoinstrument.py ./
+COPY build_backend build_backend
 COPY c4 c4
 COPY schemas schemas
 COPY producers producers

@@ -31,6 +31,7 @@ SUBCOMMANDS = {
     "state": "c4.state_cmd",
     "actions": "c4.actions_cmd",
     "agent": "c4.agent_cmd",
+    "run": "c4.run_cmd",
     "convert": "c4.convert_cmd",
     "demo": "c4.demo_cmd",
     "dashboard": "c4.dashboard_cmd",
