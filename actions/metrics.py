@@ -26,7 +26,8 @@ class ActionMetrics:
         )
         self.jobs = Counter(
             "c4_action_jobs",
-            "Job placements read from c4.job.v1, by outcome (recorded, older, rejected)",
+            "Job placements read from c4.job.v1, by outcome (recorded, older, rejected; member:"
+            " a rank's report, for the streams worker)",
             ["outcome"],
             registry=self.registry,
         )

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 from c4.inputs import load_document, load_params, read_input
 from schemas.codec import Rejection, decode, encode
 from schemas.files import Topology
-from schemas.messages import Job
 from streams.core.engine import Engine
 from streams.core.params import DetectorParams
 from streams.replay import ReplayStats, replay
@@ -58,8 +57,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             if isinstance(job, Rejection):
                 print(f"{args.jobs} line {number}: {job.reason}", file=sys.stderr)
                 continue
-            assert isinstance(job, Job)  # noqa: S101
-            engine.process(job)
+            engine.process(job)  # a placement, or a rank's member report
     out = sys.stdout.buffer
     stream = sys.stdin.buffer if args.file == "-" else Path(args.file).open("rb")  # noqa: SIM115
     with stream, fewer_collections():

@@ -357,3 +357,22 @@ def test_restart_limit_and_rate_limit_are_recorded_reasons(
     assert node is not None
     assert node.state == "healthy"
     assert cluster.state.snapshot()["spares"] == ["node-012"]
+
+
+def test_member_reports_on_the_job_topic_are_left_to_the_streams_worker(
+    cluster: Cluster, receiver: HttpReceiver
+) -> None:
+    member = {
+        "v": 1,
+        "kind": "member",
+        "job": "job-9",
+        "ts_ns": 5,
+        "rank": 0,
+        "world_size": 2,
+        "node": "node-001",
+    }
+    with worker(cluster, config(receiver)) as metrics:
+        cluster.send("job", member, key="job-9")
+        cluster.job("job-9", ["node-001", "node-002"])  # the placement after it is recorded
+        assert metrics.jobs.labels("member")._value.get() == 1
+    assert cluster.messages("deadletter") == []

@@ -1,0 +1,268 @@
+"""End to end on a real Slurm cluster: an unmodified PyTorch job watched, a fault found, the
+node drained, the job requeued off it and completed.
+
+The job (`slurm_train.py`: DDP over gloo, real gradients, one task per node on 3 of the 4
+nodes) is submitted with ``sbatch --requeue``; each task runs as ``srun c4 run -- python
+slurm_train.py``. A node agent per node publishes what the instrumentation hands it (member
+reports and collective messages), the streams worker assembles the placement and detects,
+the action worker drives Slurm. Faults are real: every rank of one node stopped with
+SIGSTOP (the others block in their allreduce), or one rank throttled by a SIGSTOP/SIGCONT
+duty cycle (a straggler).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from actions.slurm import CommandRunner, Slurm
+from c4.settings import Settings
+from c4.stack.slurm import slurm_conf_path, slurm_env
+from schemas.codec import decode
+from schemas.messages import Diagnosis, Job
+from tests.integration.actions_harness import REPO, Cluster, wait_for
+from tests.integration.test_slurm import clean as clean  # noqa: F401 - the fixture
+from tests.integration.test_slurm import settings as settings  # noqa: F401 - the fixture
+from tests.integration.test_slurm import wait_job
+
+pytestmark = pytest.mark.integration
+
+TRAIN = Path(__file__).with_name("slurm_train.py")
+NODES = ("node-000", "node-001", "node-002", "node-003")
+VENV_BIN = Path(sys.executable).parent
+
+
+def test_the_training_script_imports_nothing_of_c4() -> None:
+    tree = ast.parse(TRAIN.read_text(encoding="utf-8"))
+    roots = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert roots <= {"os", "sys", "time", "pathlib", "torch"}, roots
+
+
+class Process:
+    """One long-running c4 process of the test, its log kept for failures."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                args, cwd=log.parent, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+@contextmanager
+def watched_cluster(
+    cluster: Cluster, settings: Settings, tmp_path: Path, classes: dict[str, list[str]]
+) -> Iterator[dict[str, Process]]:
+    """Node agents, the streams worker and the action worker, live on the test's topics."""
+    env = {
+        **os.environ,
+        **cluster.env(),
+        **slurm_env(settings),
+        "PYTHONPATH": str(REPO),
+        "C4_TOPIC_PARTITIONS": "1",
+        "C4_STACK_DIR": str(tmp_path / "stack"),
+        "C4_STREAMS_APP_ID": f"test-{cluster.unique}",
+        "C4_STREAMS_METRICS_PORT": "0",
+    }
+    config = tmp_path / "actions.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "retry": {"tries": 3, "backoff_s": 0.1, "max_backoff_s": 0.5},
+                "policy": {"classes": classes},
+                "scheduler": {
+                    "kind": "slurm",
+                    "slurm_conf": str(slurm_conf_path(settings)),
+                    "mirror_spares_s": 2,
+                },
+            }
+        )
+    )
+    c4 = [sys.executable, "-m", "c4.cli"]
+    with ExitStack() as stack:
+        running: dict[str, Process] = {}
+
+        def start(name: str, args: list[str]) -> None:
+            running[name] = Process(args, env, tmp_path / f"{name}.log")
+            stack.callback(running[name].stop)
+
+        start("streams", [*c4, "streams", "worker", "--app-id", f"test-{cluster.unique}"])
+        start(
+            "actions",
+            [*c4, "actions", "worker", "--config", str(config), "--group", cluster.unique],
+        )
+        for node in NODES:
+            folder = tmp_path / "handoff" / node
+            folder.mkdir(parents=True)
+            start(
+                f"agent-{node}",
+                [
+                    *c4,
+                    "agent",
+                    "--node",
+                    node,
+                    "--handoff",
+                    str(folder),
+                    "--spool-dir",
+                    str(tmp_path / "spool" / node),
+                    "--no-sysfs",
+                    "--no-nvml",
+                    "--interval",
+                    "0.5",
+                ],
+            )
+        yield running
+
+
+def submit_training(settings: Settings, tmp_path: Path, steps: int) -> str:
+    out = tmp_path / "train"
+    out.mkdir(exist_ok=True)
+    script = tmp_path / "train.sh"
+    handoff = tmp_path / "handoff"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"#SBATCH -N 3\n#SBATCH --ntasks-per-node=1\n#SBATCH --requeue\n"
+        f"#SBATCH -o {tmp_path}/job-%j.out\n"
+        # One handoff folder per node, as each real node has its own.
+        f"srun bash -c 'C4_HANDOFF_DIR={handoff}/$SLURMD_NODENAME exec {VENV_BIN}/c4 run -- "
+        f"{sys.executable} {TRAIN} {out} {steps}'\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        ["sbatch", "--parsable", str(script)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **slurm_env(settings)},
+        timeout=30,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def rank_on(tmp_path: Path, restart: int, node: str) -> int:
+    """The pid of the rank that runs on ``node`` in run ``restart``."""
+    for path in (tmp_path / "train" / "pids").glob(f"r{restart}.rank*"):
+        pid, where = path.read_text().split()
+        if where == node:
+            return int(pid)
+    message = f"no rank on {node} in run {restart}"
+    raise AssertionError(message)
+
+
+def read_all(cluster: Cluster, kind: str) -> list[Any]:
+    return [decode(value, kind) for value in cluster.messages(kind)]
+
+
+def test_a_stopped_node_is_drained_and_the_job_completes_off_it(
+    cluster: Cluster, clean: Settings, tmp_path: Path
+) -> None:
+    slurm = Slurm(CommandRunner(str(slurm_conf_path(clean))))
+    hard = ["isolate", "restart"]
+    with watched_cluster(cluster, clean, tmp_path, {"noncomm_hang": hard, "node_down": hard}):
+        job = submit_training(clean, tmp_path, steps=500)
+        first = wait_job(slurm, job, "RUNNING")
+        nodes = slurm.expand(first.nodes)
+        # The placement comes from the ranks' own reports, through the agents and streams.
+        placed = wait_for(lambda: cluster.state.jobs.placement(job), 90, f"placement of job {job}")
+        assert {place.node for place in placed.values()} == set(nodes)
+        wait_for(lambda: (tmp_path / "train" / "progress.r0").exists(), 60, "training steps")
+        bad = nodes[1]
+        stopped_at = time.time()
+        os.kill(rank_on(tmp_path, 0, bad), signal.SIGSTOP)
+        wait_for(lambda: slurm.node(bad).drained, 90, f"{bad} drained")
+        drained_at = time.time()
+        again = wait_job(slurm, job, "RUNNING", timeout_s=90)
+        assert again.restarts == 1 and bad not in slurm.expand(again.nodes)
+        wait_for(lambda: (tmp_path / "train" / "done.r1").exists(), 120, "the rerun completed")
+        wait_job(slurm, job, "COMPLETED", timeout_s=60)
+    # Every rank of the node stopped, their reporting threads too: from the job's messages
+    # the node went silent while the others waited, a node_down naming it (a hang of its
+    # ranks where something else still showed the node alive).
+    found = [
+        d
+        for d in read_all(cluster, "diagnosis")
+        if isinstance(d, Diagnosis) and d.state == "firing" and d.job == job
+    ]
+    assert [(d.class_, d.suspects[0].id.split("/")[0]) for d in found][:1] in (
+        [("node_down", bad)],
+        [("noncomm_hang", bad)],
+    ), found
+    node = slurm.node(bad)
+    assert node.reason == f"c4:{found[0].id} {found[0].class_} {bad}"
+    placements = [j for j in read_all(cluster, "job") if isinstance(j, Job) and j.job == job]
+    # Two placements assembled from member reports: the first run's, the rerun's off `bad`.
+    assert {p.node for p in placements[-1].ranks} == set(slurm.expand(again.nodes))
+    print(f"hang to drain: {drained_at - stopped_at:.1f} s")
+
+
+def test_a_throttled_rank_is_named_as_the_straggler(
+    cluster: Cluster, clean: Settings, tmp_path: Path
+) -> None:
+    slurm = Slurm(CommandRunner(str(slurm_conf_path(clean))))
+    with watched_cluster(cluster, clean, tmp_path, {"noncomm_slow": []}):
+        job = submit_training(clean, tmp_path, steps=1500)
+        nodes = slurm.expand(wait_job(slurm, job, "RUNNING").nodes)
+        wait_for(lambda: (tmp_path / "train" / "progress.r0").exists(), 60, "training steps")
+        slow = nodes[2]
+        pid = rank_on(tmp_path, 0, slow)
+        stop = threading.Event()
+
+        def throttle() -> None:
+            # A CPU quota in effect: the rank runs 70 ms of every 100.
+            while not stop.is_set():
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(0.03)
+                os.kill(pid, signal.SIGCONT)
+                time.sleep(0.07)
+
+        throttler = threading.Thread(target=throttle, daemon=True)
+        throttler.start()
+        try:
+            found = wait_for(
+                lambda: [
+                    d
+                    for d in read_all(cluster, "diagnosis")
+                    if isinstance(d, Diagnosis) and d.class_ == "noncomm_slow"
+                ],
+                90,
+                "a straggler finding",
+            )
+        finally:
+            stop.set()
+            throttler.join(5)
+            os.kill(pid, signal.SIGCONT)
+    assert found[0].job == job
+    assert found[0].suspects[0].id.startswith(slow), found[0]
