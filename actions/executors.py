@@ -82,6 +82,18 @@ class Executor(abc.ABC):
         return []
 
 
+def step_letter(topic: str, context: Context, result: Result, payload: str) -> Deadletter:
+    """The dead letter of a step that failed for good: where it was going, why, what."""
+    return Deadletter(
+        v=1,
+        kind="deadletter",
+        topic=topic,
+        ts_ns=context.now_ns,
+        error=result.message,
+        payload=payload,
+    )
+
+
 def limits_of(config: WorkerConfig) -> RateLimits:
     """The rate limits of the policy, in the state scripts' units."""
     policy = config.policy
@@ -307,13 +319,8 @@ class AlertExecutor(Executor):
     def give_up(self, step: Step, result: Result, context: Context) -> None:
         if step.receiver not in self._receivers:
             return
-        letter = Deadletter(
-            v=1,
-            kind="deadletter",
-            topic=f"webhook:{step.receiver}",
-            ts_ns=context.now_ns,
-            error=result.message,
-            payload=self.body(step, context).decode(),
+        letter = step_letter(
+            f"webhook:{step.receiver}", context, result, self.body(step, context).decode()
         )
         self._dead_letter(letter, step.receiver or "")
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pydantic import JsonValue
 
 from actions.config import Backoff, Scheduler, WorkerConfig
-from actions.executors import Context, DeadLetterSink, Executor, IsolateExecutor
+from actions.executors import Context, DeadLetterSink, Executor, IsolateExecutor, step_letter
 from actions.outcome import Reason, Result, done, failed, skipped
 from actions.policy import Step
 from actions.slurm import (
@@ -31,7 +31,7 @@ from actions.state import StateError
 from actions.state.components import ComponentStore
 from actions.state.model import TransitionRequest
 from actions.state.protocols import ComponentStates
-from schemas.messages import Deadletter, Diagnosis
+from schemas.messages import Diagnosis
 
 # The parts of a node a drain takes out with it: the node itself, its GPUs, its ports.
 NODE_PARTS = frozenset({"node", "gpu", "port"})
@@ -67,15 +67,8 @@ class _SlurmStep(Executor):
     def give_up(self, step: Step, result: Result, context: Context) -> None:
         if result.reason not in (Reason.SCHEDULER_UNAVAILABLE, Reason.SCHEDULER_REJECTED):
             return
-        letter = Deadletter(
-            v=1,
-            kind="deadletter",
-            topic=f"slurm:{self.name}",
-            ts_ns=context.now_ns,
-            error=result.message,
-            payload="\n".join(self.preview(step, context.diagnosis)),
-        )
-        self._dead_letter(letter, step.target)
+        commands = "\n".join(self.preview(step, context.diagnosis))
+        self._dead_letter(step_letter(f"slurm:{self.name}", context, result, commands), step.target)
 
 
 class SlurmIsolateExecutor(_SlurmStep):
