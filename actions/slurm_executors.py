@@ -82,9 +82,11 @@ class SlurmIsolateExecutor(_SlurmStep):
         config: WorkerConfig,
         slurm: Slurm,
         dead_letter: DeadLetterSink,
+        checkpoint: Callable[[str], None] = lambda name: None,
     ) -> None:
         super().__init__(slurm, config.scheduler, dead_letter)
         self._state = IsolateExecutor(components, config)
+        self._checkpoint = checkpoint
 
     def execute(self, step: Step, context: Context) -> Result:
         recorded = self._state.execute(step, context)
@@ -96,6 +98,7 @@ class SlurmIsolateExecutor(_SlurmStep):
             answer = self._slurm.drain(node, reason)
         except SlurmError as error:
             return slurm_failure(error, node=node)
+        self._checkpoint("slurm_drained")  # a test's crash point: drained, not recorded
         # "held": a person drained the node already; it is out of service all the same.
         return recorded.with_detail(node=node, slurm=answer.value)
 

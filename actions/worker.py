@@ -120,7 +120,7 @@ def build_executors(
     if scheduler.kind == "slurm":
         slurm = Slurm(CommandRunner(scheduler.slurm_conf, scheduler.command_timeout_s))
         isolate: Executor = SlurmIsolateExecutor(
-            state.components, config, slurm, publish_scheduler_letter
+            state.components, config, slurm, publish_scheduler_letter, checkpoint
         )
         restart: Executor = SlurmRestartExecutor(
             config, slurm, publish_scheduler_letter, checkpoint

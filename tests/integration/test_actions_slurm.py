@@ -84,14 +84,15 @@ def test_a_hang_drains_the_node_and_requeues_the_job_off_it(
     assert again.restarts == 1 and bad not in driver.expand(again.nodes)
 
 
-def test_killed_between_requeue_and_record_still_one_drain_and_one_requeue(
-    cluster: Cluster, clean: Settings, tmp_path: Path
+@pytest.mark.parametrize("crash_at", ["slurm_drained", "slurm_requeued"])
+def test_killed_between_drain_and_requeue_still_one_drain_and_one_requeue(
+    cluster: Cluster, clean: Settings, tmp_path: Path, crash_at: str
 ) -> None:
     driver = Slurm(CommandRunner(str(slurm_conf_path(clean))))
     config_path = tmp_path / "worker.yaml"
     config_path.write_text(yaml.safe_dump(slurm_config(clean)))
     log = tmp_path / "worker.log"
-    doomed = WorkerProcess(cluster, config_path, log, **{CRASH_ENV: "slurm_requeued"})
+    doomed = WorkerProcess(cluster, config_path, log, **{CRASH_ENV: crash_at})
     try:
         job, nodes = start_job(cluster, clean, tmp_path)
         bad = nodes[0]
@@ -99,14 +100,21 @@ def test_killed_between_requeue_and_record_still_one_drain_and_one_requeue(
         assert doomed.process.wait(60) == -signal.SIGKILL, doomed.log()
     finally:
         doomed.stop()
-    assert driver.job(job).restarts == 1  # requeued, then killed before recording it
+    # Killed after the drain (not requeued yet) or after the requeue (not recorded yet).
+    assert driver.job(job).restarts == (1 if crash_at == "slurm_requeued" else 0)
     survivor = WorkerProcess(cluster, config_path, log)
     try:
         actions = cluster.wait_actions(2, timeout_s=60)
     finally:
         survivor.stop()
     restart = next(a for a in actions if a.action == "restart")
-    assert restart.status == "done" and restart.detail["slurm"] == "already", survivor.log()
+    expected = "already" if crash_at == "slurm_requeued" else "done"
+    assert restart.status == "done" and restart.detail["slurm"] == expected, survivor.log()
+    isolate = next(a for a in actions if a.action == "isolate")
+    # Killed right after the drain: the survivor finds it drained; after the requeue, the
+    # isolate step was recorded already and is resumed from the claim as it was.
+    drained = "already" if crash_at == "slurm_drained" else "done"
+    assert isolate.status == "done" and isolate.detail["slurm"] == drained
     again = wait_job(driver, job, "RUNNING")  # the hold lifted by the survivor
     assert again.restarts == 1 and bad not in driver.expand(again.nodes)
     drains = run(clean, "sinfo", "-R", "-h", "-o", "%N|%E").splitlines()
