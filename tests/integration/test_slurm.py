@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from actions.slurm import Answer, CommandRunner, JobInfo, Slurm, drain_reason
 from c4.settings import Settings
-from c4.stack.slurm import slurm_conf_path, slurm_env
+from c4.stack.slurm import slurm_conf_path, slurm_env, slurm_status, slurm_up
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +152,30 @@ def test_an_unknown_node_or_job_is_a_clear_error(clean: Settings) -> None:
     with pytest.raises(Exception, match="Invalid job id") as raised:
         driver.job("999999")
     assert getattr(raised.value, "retryable", None) is False
+
+
+def test_stack_status_lists_the_slurm_cluster_and_down_stops_it(tmp_path: Path) -> None:
+    # A cluster of its own (two nodes, other ports), run by the stack's command line.
+    env = {
+        **os.environ,
+        "C4_STACK_DIR": str(tmp_path / "stack"),
+        "C4_STACK_SLURM_PORT": "17917",
+        "C4_STACK_SLURM_NODES": "2",
+        # Ports no Kafka or Redis of this stack folder listens on: down finds them stopped.
+        "C4_STACK_KAFKA_PORT": "19992",
+        "C4_STACK_CONTROLLER_PORT": "19993",
+        "C4_STACK_REDIS_PORT": "19994",
+    }
+    own = Settings(stack_dir=tmp_path / "stack", stack_slurm_port=17917, stack_slurm_nodes=2)
+    slurm_up(own)
+    c4 = [sys.executable, "-m", "c4.cli", "stack"]
+    status = subprocess.run(
+        [*c4, "status"], capture_output=True, text=True, env=env, timeout=60, check=True
+    )
+    rows = {line.split()[0]: line.split()[1] for line in status.stdout.splitlines()}
+    assert rows["slurmctld"] == rows["slurmd-node-001"] == rows["munged"] == "running"
+    down = subprocess.run(
+        [*c4, "down"], capture_output=True, text=True, env=env, timeout=120, check=True
+    )
+    assert "slurmctld stopped" in down.stdout
+    assert all(s.state == "stopped" for s in slurm_status(own))
