@@ -16,6 +16,7 @@ starts slurmctld with a clear state (``-c``): no job or drain outlives the stack
 from __future__ import annotations
 
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -145,8 +146,6 @@ def render_slurm_conf(settings: Settings) -> str:
 
 
 def _prepare_munge(folder: Path) -> None:
-    import pwd  # noqa: PLC0415 - POSIX only, and only here
-
     try:
         user = pwd.getpwnam(MUNGE_USER)
     except KeyError as error:
