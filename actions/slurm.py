@@ -16,6 +16,7 @@ Queries always run; with ``dry_run`` the commands that change something are prin
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import shlex
@@ -293,6 +294,10 @@ class Slurm:
         if set(exclude) - set(already):
             nodes = ",".join(sorted({*already, *exclude}))
             self._change(["scontrol", "update", f"JobId={info.job_id}", f"ExcNodeList={nodes}"])
+        if not self.dry_run:
+            # slurmd refuses a launch credential made in the second it revoked the job's last
+            # one ("Job credential revoked": the job FAILS): start it in a later second.
+            time.sleep(math.floor(time.time()) + 1 - time.time())
         self._change(["scontrol", "update", f"JobId={info.job_id}", "StartTime=now"])
 
     def expand(self, hostlist: str) -> list[str]:

@@ -245,6 +245,11 @@ class Engine:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         out: list[Diagnosis] = []
         if isinstance(message, Collective):
+            began = self.membership.run_began_ns(message.job)
+            if began is not None and message.ts_ns < began:
+                # Reported by a run the job's restart replaced (in flight at the requeue):
+                # its unfinished operations are no hang of the new run.
+                return out
             detector = self._job(message.job)
             detector.on_collective(message)
             # A job whose reports lag far behind the clock (live: its partition catching up
@@ -274,7 +279,19 @@ class Engine:
             else:
                 self._job(message.job).on_job(message)
         elif isinstance(message, Member):
-            for caused in self.membership.ingest(message):
+            before = self.membership.restart_of(message.job)
+            caused_by = self.membership.ingest(message)
+            after = self.membership.restart_of(message.job)
+            if before is not None and after is not None and after > before:
+                # The job restarted (a requeue): what its detectors learnt of the run before
+                # (pending operations, compute baselines, the placement) is no evidence
+                # about the new run, on nodes that may have changed.
+                stopped = self.jobs.pop(message.job, None)
+                self.held.discard(message.job)
+                self.placements.forget(message.job)
+                if stopped is not None:
+                    out.extend(stopped.close(message.ts_ns))
+            for caused in caused_by:
                 if isinstance(caused, Job):
                     self._assembled.append(caused)
                     out.extend(self.process(caused))

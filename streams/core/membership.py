@@ -121,6 +121,16 @@ class MembershipBook:
                 out.append(fired)
         return out
 
+    def run_began_ns(self, job: str) -> int | None:
+        """When the job's current run (restart) first reported; None before any report."""
+        world = self._worlds.get(job)
+        return None if world is None else world.first_ns
+
+    def restart_of(self, job: str) -> int | None:
+        """The job's current restart count as its ranks reported it."""
+        world = self._worlds.get(job)
+        return None if world is None else world.restart
+
     def placement(self, job: str) -> tuple[RankPlace, ...] | None:
         """The job's published placement, if its world has completed."""
         world = self._worlds.get(job)

@@ -6,7 +6,7 @@ import orjson
 
 from schemas.base import C4Model
 from schemas.codec import decode
-from schemas.messages import Diagnosis, Job, Member
+from schemas.messages import Collective, Diagnosis, Job, Member
 from schemas.records import Rejected, decode_record
 from streams.core.engine import Engine
 from streams.core.membership import MembershipBook
@@ -188,3 +188,41 @@ def test_the_engine_fires_ranks_missing_and_keeps_it_in_the_job_snapshot() -> No
     (resolved,) = restored.process(last)
     assert resolved.id == missing[0].id and resolved.state == "resolved"
     assert len(restored.drain_placements()) == 1
+
+
+def shifted(message: Collective, by_ns: int) -> Collective:
+    ops = message.ops.model_copy(
+        update={
+            "enter_ns": tuple(t + by_ns for t in message.ops.enter_ns),
+            "end_ns": tuple(None if t is None else t + by_ns for t in message.ops.end_ns),
+        }
+    )
+    return message.model_copy(update={"ts_ns": message.ts_ns + by_ns, "ops": ops})
+
+
+def test_a_restart_forgets_the_run_before_and_its_messages_in_flight() -> None:
+    # Run 0 hangs (rank 5 stops entering); the job is requeued; run 1, on the same ranks
+    # and communicator ids, counting its operations from the start again, is healthy.
+    first, second = RingJob(stuck_rank={5: 40}), RingJob(seed=2)
+    cut = RING_T0 + 40 * S
+    run0 = [m for m in first.messages() if m.ts_ns < cut]
+    late = run0[-3:]  # the last reports of run 0, delivered only after the restart
+    restart = [
+        m.model_copy(update={"restart": 1, "ts_ns": cut + S})
+        for m in ring_members(first, range(16))
+    ]
+    run1 = [shifted(m, cut + 2 * S - RING_T0) for m in second.messages()]
+    before, engine = engine_findings([*ring_members(first, range(16)), *run0])
+    assert [(d.class_, d.state) for d in before] == [("noncomm_hang", "firing")]
+    old = engine.jobs["job-1"]
+    # The first report of the new run closes what the old run's detectors held; the new
+    # run's placement starts a detector afresh.
+    at_restart = [d for m in restart for d in engine.process(m)]
+    assert [(d.class_, d.state) for d in at_restart] == [("noncomm_hang", "resolved")]
+    assert engine.jobs["job-1"] is not old and not engine.jobs["job-1"].comms
+    # The old run's reports still in flight are no evidence about the new one.
+    assert [d for m in late for d in engine.process(m)] == []
+    assert not engine.jobs["job-1"].comms
+    after = [d for m in run1 for d in engine.process(m)]
+    assert after + engine.advance(engine.now_ns + 120 * S) == []
+    assert len(engine.drain_placements()) == 2  # one placement per run

@@ -1,10 +1,12 @@
-"""A small data-parallel training job for the Slurm tests: it imports nothing of c4.
+"""A small data-parallel training job for ``c4 demo --slurm`` and the Slurm tests.
 
-Started by ``srun`` (one task per node), each task under ``c4 run``: DDP over gloo on a
-small model with real gradients, a few hundred steps, rank 0 checkpointing every 20 steps
-and every rank resuming from the checkpoint after a requeue. Each task writes its pid and
-node (``<out>/pids/r<restart>.rank<rank>``) so the test can stop it, and rank 0 writes
-``<out>/done.r<restart>`` when the training completed.
+It imports nothing of c4: an unmodified training script, instrumented only by ``c4 run``
+(``python slurm_train.py OUT STEPS``). Started by ``srun`` (one task per node), each task
+under ``c4 run``: DDP over gloo on a small model with real gradients, a few hundred steps,
+rank 0 checkpointing every 20 steps (``<out>/progress.r<restart>`` holds the last step
+checkpointed) and every rank resuming from the checkpoint after a requeue. Each task writes
+its pid and node (``<out>/pids/r<restart>.rank<rank>``) so that the demo or a test can stop
+it, and rank 0 writes ``<out>/done.r<restart>`` when the training completed.
 """
 
 import os
@@ -31,6 +33,7 @@ def main() -> int:
     node = os.environ.get("SLURMD_NODENAME", "")
     (out / "pids" / f"r{restart}.rank{rank}").write_text(f"{os.getpid()} {node}\n")
     torch.manual_seed(rank)
+    torch.set_num_threads(1)  # the ranks share a few cores: one compute thread each
     layers = torch.nn.Sequential(
         torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 16)
     )
