@@ -305,6 +305,9 @@ def slurm_down(settings: Settings) -> list[ComponentStatus]:
                     component.name, "stopped", None, component.address, f"stopped pid {pid}"
                 )
             )
+        if our_pid(daemons[0]) is None:
+            # munged's folder is ours and outside the stack folder (/run): leave nothing.
+            shutil.rmtree(munge_dir(settings), ignore_errors=True)
     return list(reversed(statuses))
 
 

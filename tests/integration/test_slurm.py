@@ -16,7 +16,7 @@ import pytest
 
 from actions.slurm import Answer, CommandRunner, JobInfo, Slurm, drain_reason
 from c4.settings import Settings
-from c4.stack.slurm import slurm_conf_path, slurm_env, slurm_status, slurm_up
+from c4.stack.slurm import munge_dir, slurm_conf_path, slurm_env, slurm_status, slurm_up
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +179,4 @@ def test_stack_status_lists_the_slurm_cluster_and_down_stops_it(tmp_path: Path) 
     )
     assert "slurmctld stopped" in down.stdout
     assert all(s.state == "stopped" for s in slurm_status(own))
+    assert not munge_dir(own).exists()  # munged's key and socket folder, outside the stack
