@@ -245,8 +245,8 @@ class Engine:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         out: list[Diagnosis] = []
         if isinstance(message, Collective):
-            began = self.membership.run_began_ns(message.job)
-            if began is not None and message.ts_ns < began:
+            replaced = self.membership.replaced_before_ns(message.job)
+            if replaced is not None and message.ts_ns < replaced:
                 # Reported by a run the job's restart replaced (in flight at the requeue):
                 # its unfinished operations are no hang of the new run.
                 return out

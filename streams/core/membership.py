@@ -121,10 +121,12 @@ class MembershipBook:
                 out.append(fired)
         return out
 
-    def run_began_ns(self, job: str) -> int | None:
-        """When the job's current run (restart) first reported; None before any report."""
+    def replaced_before_ns(self, job: str) -> int | None:
+        """Reports older than this are of a run the job's restart replaced: when its current
+        run first reported, once it has restarted; None for a first run (a node's clock a
+        little behind must not cost its first reports)."""
         world = self._worlds.get(job)
-        return None if world is None else world.first_ns
+        return None if world is None or world.restart == 0 else world.first_ns
 
     def restart_of(self, job: str) -> int | None:
         """The job's current restart count as its ranks reported it."""

@@ -226,3 +226,16 @@ def test_a_restart_forgets_the_run_before_and_its_messages_in_flight() -> None:
     after = [d for m in run1 for d in engine.process(m)]
     assert after + engine.advance(engine.now_ns + 120 * S) == []
     assert len(engine.drain_placements()) == 2  # one placement per run
+
+
+def test_a_first_runs_reports_from_before_its_first_member_report_are_kept() -> None:
+    # Node clocks differ a little: a rank's first collective may be stamped before the
+    # first member report; only a restart makes older reports stale.
+    job = RingJob()
+    members = [
+        m.model_copy(update={"ts_ns": RING_T0 + 5 * S}) for m in ring_members(job, range(16))
+    ]
+    early = [m for m in job.messages() if m.ts_ns < RING_T0 + 5 * S]
+    assert early
+    _, engine = engine_findings([*members, *early])
+    assert engine.jobs["job-1"].comms  # taken, not dropped as a replaced run's
