@@ -213,7 +213,7 @@ class Slurm:
         seen: dict[str, None] = {}
         for line in out.splitlines():
             node, _, state = line.partition("|")
-            if node and NodeInfo(node, state.strip().lower(), "").drained is False:
+            if node and not NodeInfo(node, state.strip().lower(), "").drained:
                 seen.setdefault(node, None)
         return list(seen)
 
@@ -256,8 +256,11 @@ class Slurm:
         """
         info = self.job(job_id)
         mark = info.mark()
-        marked = mark is not None and mark[0] == diagnosis
-        if marked and mark is not None and (info.restarts > mark[1] or info.state == "PENDING"):
+        if (
+            mark is not None
+            and mark[0] == diagnosis
+            and (info.restarts > mark[1] or info.state == "PENDING")
+        ):
             if info.state not in ENDED_STATES and info.state != "RUNNING":
                 # Requeued, not started again: a crash between the requeue and what follows.
                 self._keep_off(info, exclude)

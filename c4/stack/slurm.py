@@ -186,16 +186,16 @@ def _start(settings: Settings, component: Component) -> int:
     return spawn(argv, component.log_file, component.pid_file)
 
 
-def _probe(settings: Settings, component: Component) -> bool:
+def _probe(component: Component) -> bool:
     if component.name == "munged":
         return (component.run_dir / "munge.socket").exists()
     return port_answers(component.port)
 
 
-def _prober(settings: Settings, component: Component) -> Callable[[float], bool]:
+def _prober(component: Component) -> Callable[[float], bool]:
     def probe(timeout_s: float) -> bool:
         del timeout_s  # both checks are local and immediate
-        return _probe(settings, component)
+        return _probe(component)
 
     return probe
 
@@ -245,7 +245,7 @@ def slurm_up(settings: Settings, progress: Progress | None = None) -> list[Compo
                 pid = _start(settings, component)
                 if progress is not None:
                     progress(f"{component.name}: started pid {pid}")
-            wait_ready(component, pid, _prober(settings, component), READY_TIMEOUT_S)
+            wait_ready(component, pid, _prober(component), READY_TIMEOUT_S)
             detail = (
                 "already running"
                 if component.name in running
