@@ -141,6 +141,9 @@ class JobInfo:
     nodes: str
     excluded: str
     admin_comment: str
+    # When the current run was queued (Slurm moves SubmitTime to the requeue), in Unix seconds
+    # on the controller's clock, whole seconds; None when Slurm gave none.
+    submitted_s: int | None = None
 
     def mark(self) -> tuple[str, int] | None:
         """The (diagnosis, restarts) of c4's last requeue mark, if the comment holds one."""
@@ -181,7 +184,16 @@ def parse_job(text: str) -> JobInfo:
         nodes=_none_as_empty(fields.get("NodeList", "")),
         excluded=_none_as_empty(fields.get("ExcNodeList", "")),
         admin_comment=_none_as_empty(fields.get("AdminComment", "")),
+        submitted_s=_local_time(fields.get("SubmitTime", "")),
     )
+
+
+def _local_time(value: str) -> int | None:
+    """A Slurm time (``2026-12-05T00:13:12``, the controller's local time) in Unix seconds."""
+    try:
+        return int(time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S")))
+    except (ValueError, OverflowError):
+        return None
 
 
 def _none_as_empty(value: str) -> str:

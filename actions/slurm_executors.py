@@ -139,6 +139,14 @@ class SlurmRestartExecutor(_SlurmStep):
             info = self._slurm.job(job)
             mark = info.mark()
             ours = mark is not None and mark[0] == diagnosis
+            if not ours and _predates(context.diagnosis, info.submitted_s):
+                # A finding about a run that was requeued already (its last reports arrive
+                # after the requeue): requeuing the new run would stop a healthy job.
+                message = (
+                    f"the finding began before Slurm job {job}'s current run was queued: "
+                    "it is about an earlier run"
+                )
+                return skipped(Reason.EARLIER_RUN, message, restarts=info.restarts)
             if not ours and info.restarts >= self._max_restarts:
                 message = (
                     f"{job} was requeued {info.restarts} times, the limit is "
@@ -171,6 +179,11 @@ class SlurmRestartExecutor(_SlurmStep):
             commands.append(["scontrol", "update", f"JobId={job}", f"ExcNodeList={nodes}"])
         commands.append(["scontrol", "update", f"JobId={job}", "StartTime=now"])
         return [shlex.join(command) for command in commands]
+
+
+def _predates(diagnosis: Diagnosis, submitted_s: int | None) -> bool:
+    """Whether the finding began before the job's current run was queued."""
+    return submitted_s is not None and diagnosis.onset_ns < submitted_s * 1_000_000_000
 
 
 class SpareMirror:

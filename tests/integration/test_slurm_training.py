@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from actions.slurm import CommandRunner, Slurm
+from actions.slurm import CommandRunner, JobInfo, Slurm
 from c4.demo.slurm_job import TRAINING_SCRIPT
 from c4.settings import Settings
 from c4.stack.slurm import slurm_conf_path, slurm_env
@@ -170,8 +170,50 @@ def rank_on(tmp_path: Path, restart: int, node: str) -> int:
     raise AssertionError(message)
 
 
+def rerun(slurm: Slurm, job: str) -> JobInfo | None:
+    info = slurm.job(job)
+    return info if info.state == "RUNNING" and info.restarts > 0 else None
+
+
 def read_all(cluster: Cluster, kind: str) -> list[Any]:
     return [decode(value, kind) for value in cluster.messages(kind)]
+
+
+@contextmanager
+def explained(
+    cluster: Cluster, slurm: Slurm, job: str, tmp_path: Path, running: dict[str, Process]
+) -> Iterator[None]:
+    """On a failure, say what the job, the findings, the training and the workers did."""
+    try:
+        yield
+    except AssertionError as failure:
+        info = slurm.job(job)
+        findings = [
+            f"{d.class_} {d.state} {[s.id for s in d.suspects]} onset {d.onset_ns / 1e9:.1f}"
+            f" at {d.ts_ns / 1e9:.1f} {d.evidence}"
+            for d in read_all(cluster, "diagnosis")
+            if isinstance(d, Diagnosis)
+        ]
+        placements = [
+            f"{j.ts_ns / 1e9:.1f} {j.state}: {sorted({r.node for r in j.ranks})}"
+            for j in read_all(cluster, "job")
+            if isinstance(j, Job) and j.job == job
+        ]
+        progress = sorted(
+            f"{p.name}={p.read_text().strip()}" for p in (tmp_path / "train").glob("*.r*")
+        )
+        outputs = "".join(
+            f"\n--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
+            for p in sorted(tmp_path.glob("job-*.out"))
+        )
+        logs = "".join(
+            f"\n--- {name}\n{running[name].tail()[-1500:]}" for name in ("streams", "actions")
+        )
+        context = (
+            f"{failure}\njob {job}: {info.state} restarts={info.restarts} nodes={info.nodes}"
+            f"\nfindings: {findings}\nplacements: {placements}\ntraining: {progress}{outputs}{logs}"
+        )
+        raise AssertionError(context) from failure
 
 
 def test_a_stopped_node_is_drained_and_the_job_completes_off_it(
@@ -179,7 +221,9 @@ def test_a_stopped_node_is_drained_and_the_job_completes_off_it(
 ) -> None:
     slurm = Slurm(CommandRunner(str(slurm_conf_path(clean))))
     hard = ["isolate", "restart"]
-    with watched_cluster(cluster, clean, tmp_path, {"noncomm_hang": hard, "node_down": hard}):
+    with watched_cluster(
+        cluster, clean, tmp_path, {"noncomm_hang": hard, "node_down": hard}
+    ) as running:
         job = submit_training(clean, tmp_path, steps=500)
         first = wait_job(slurm, job, "RUNNING")
         nodes = slurm.expand(first.nodes)
@@ -192,10 +236,14 @@ def test_a_stopped_node_is_drained_and_the_job_completes_off_it(
         os.kill(rank_on(tmp_path, 0, bad), signal.SIGSTOP)
         wait_for(lambda: slurm.node(bad).drained, 90, f"{bad} drained")
         drained_at = time.time()
-        again = wait_job(slurm, job, "RUNNING", timeout_s=90)
-        assert again.restarts == 1 and bad not in slurm.expand(again.nodes)
-        wait_for(lambda: (tmp_path / "train" / "done.r1").exists(), 120, "the rerun completed")
-        wait_job(slurm, job, "COMPLETED", timeout_s=60)
+        with explained(cluster, slurm, job, tmp_path, running):
+            # The drain comes first, the requeue a moment later: wait for the rerun itself.
+            again = wait_for(lambda: rerun(slurm, job), 90, f"job {job} running again")
+            assert again.restarts == 1 and bad not in slurm.expand(again.nodes)
+            wait_for(lambda: (tmp_path / "train" / "done.r1").exists(), 180, "the rerun completed")
+            # Once: the stopped run's last findings (a hang of its waiting ranks) arrive after
+            # the requeue and must not requeue the healthy rerun.
+            assert wait_job(slurm, job, "COMPLETED", timeout_s=60).restarts == 1
     # Every rank of the node stopped, their reporting threads too: from the job's messages
     # the node went silent while the others waited, a node_down naming it (a hang of its
     # ranks where something else still showed the node alive).

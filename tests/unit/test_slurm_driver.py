@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+
 import pytest
 
 from actions.config import parse_config
+from actions.executors import Context
+from actions.outcome import Reason, Result
 from actions.policy import Step
 from actions.slurm import (
     MAX_REASON,
     NodeInfo,
+    Output,
+    Slurm,
     SlurmError,
     drain_reason,
     drained_for,
     parse_job,
 )
 from actions.slurm_executors import SlurmIsolateExecutor, SlurmRestartExecutor, node_of
+from actions.state.model import Claim
 from schemas.files import Topology
 from tests.unit.test_actions_pipeline import diagnosis
 from topology.generate import Shape, generate
@@ -96,3 +104,42 @@ def test_topology_conf_puts_nodes_under_their_first_ports_leaf() -> None:
     ]
     assert "SwitchName=spine-a-0 Switches=leaf-0a,leaf-1a" in lines
     assert lines[-1] == f"SwitchName={TOP_SWITCH} Switches=spine-a-0,spine-a-1"
+
+
+class ScriptedSlurm:
+    """Answers ``scontrol show job`` with one line and records every change asked of it."""
+
+    def __init__(self, job_line: str) -> None:
+        self.job_line = job_line
+        self.changes: list[list[str]] = []
+
+    def __call__(self, args: Sequence[str]) -> Output:
+        if list(args[:3]) == ["scontrol", "-o", "show"]:
+            return Output(0, self.job_line, "")
+        self.changes.append(list(args))
+        return Output(1, "", "refused in this test")
+
+
+def requeue_for(onset_s: int, job_line: str) -> tuple[Result, ScriptedSlurm]:
+    config = parse_config({"scheduler": {"kind": "slurm"}}, {})
+    slurm = ScriptedSlurm(job_line)
+    restart = SlurmRestartExecutor(config, Slurm(slurm), lambda letter, key: None)
+    found = diagnosis().model_copy(update={"onset_ns": onset_s * 10**9, "ts_ns": onset_s * 10**9})
+    context = Context(found, Claim("claim:d-1", "1"), (), "test", found.ts_ns)
+    return restart.execute(Step("restart", "42", "job", nodes=("node-002",)), context), slurm
+
+
+def test_a_finding_about_an_earlier_run_requeues_nothing() -> None:
+    # The job was requeued (Slurm moved its SubmitTime to then) for another finding; a
+    # finding that began before that is about the run that was stopped.
+    line = "JobId=42 JobState=RUNNING Restarts=1 SubmitTime=2026-12-05T00:13:12 NodeList=n1"
+    queued = parse_job(line).submitted_s
+    assert queued is not None and time.localtime(queued)[:6] == (2026, 12, 5, 0, 13, 12)
+    result, slurm = requeue_for(queued - 3, line)
+    assert (result.status, result.reason) == ("skipped", Reason.EARLIER_RUN)
+    assert slurm.changes == []
+    # A finding about the current run is acted on (here Slurm refuses the change).
+    result, slurm = requeue_for(queued + 5, line)
+    assert result.reason is Reason.SCHEDULER_REJECTED and slurm.changes
+    # No SubmitTime (or one Slurm could not give): no such check.
+    assert parse_job("JobId=42 SubmitTime=Unknown").submitted_s is None
