@@ -9,6 +9,7 @@ spool's bound, heartbeats dropped first), and the counts are reported on stderr.
 from __future__ import annotations
 
 import argparse
+import math
 import socket
 import sys
 from pathlib import Path
@@ -41,6 +42,18 @@ if TYPE_CHECKING:
 
 class AgentError(C4Error):
     """The agent's configuration is unusable."""
+
+
+def _seconds(text: str) -> float:
+    """A duration in seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        message = f"expected seconds (0 or more), got {text!r}"
+        raise argparse.ArgumentTypeError(message)
+    return value
 
 
 def build_sources(args: argparse.Namespace) -> list[Source]:
@@ -102,6 +115,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         _report,
         pack=args.batch,
         node=args.node or socket.gethostname(),
+        presence_s=args.presence_s,
     )
     limits = RunLimits(once=args.once, duration_s=args.duration, drain_s=args.drain_s)
     with stop_on_signals() as stop:
@@ -133,6 +147,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="each round's collective messages as one collectives record per job (one "
         "streams worker only: see docs/guarantees.md)",
+    )
+    parser.add_argument(
+        "--presence-s",
+        type=_seconds,
+        default=300.0,
+        help="while a job's ranks here are silent, say this node is up for this long, s (0: never)",
     )
     parser.add_argument("--link-interval", type=float, default=1.0, help="sysfs, s")
     parser.add_argument("--gpu-interval", type=float, default=5.0, help="NVML, s")

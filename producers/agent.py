@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from producers.batching import pack_round
 from producers.sources import Reading, Source, SourceUnavailable
 from schemas.base import C4Model
+from schemas.messages import Collective, Collectives
 
 MAX_REMEMBERED_PROBLEMS = 10_000  # distinct problem lines; past it, old ones may repeat
 
@@ -25,6 +26,8 @@ class _Scheduled:
     due: float
     unavailable: bool = False
     failing: bool = False
+    # Job -> when (monotonic) this source last had collective messages of it from this node.
+    jobs: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -46,6 +49,12 @@ class Agent:
     batches. Off by default: two streams workers sharing a topic of batch records stopped
     taking records after a rebalance in about 4 of 10 runs here (one record per message:
     none in 6); see docs/guarantees.md.
+
+    With a ``node`` and ``presence_s``, a round of a source that had a job's collective
+    messages from this node within the last ``presence_s`` seconds, but none now, sends an
+    empty ``collectives`` batch naming the node (its presence): the ranks of the job on
+    this node went silent while the node is up, so the detectors name those ranks (a hang),
+    not the node (down).
     """
 
     def __init__(
@@ -58,6 +67,7 @@ class Agent:
         *,
         pack: bool = False,
         node: str | None = None,
+        presence_s: float = 0.0,
     ) -> None:
         now = monotonic()
         self._scheduled = [_Scheduled(source, now) for source in sources]
@@ -65,6 +75,7 @@ class Agent:
         self._clock_ns, self._monotonic = clock_ns, monotonic
         self._seen_problems: set[str] = set()
         self._pack, self._node = pack, node
+        self._presence_s = presence_s
         self.counts = AgentCounts()
 
     @property
@@ -113,12 +124,40 @@ class Agent:
                 self._seen_problems.add(problem)
                 self._report(f"source {source.name}: {problem}")
         out = pack_round(reading.messages, self._node) if self._pack else reading.messages
+        if self._node is not None and self._presence_s > 0:
+            out = [*out, *self._presence(item, reading.messages, self._node)]
         for message in out:
             self._sink(message)
         sent = len(reading.messages)
         self.counts.messages += sent
         self.counts.per_source[source.name] = self.counts.per_source.get(source.name, 0) + sent
         return sent
+
+    def _presence(
+        self, item: _Scheduled, messages: Sequence[C4Model], node: str
+    ) -> list[Collectives]:
+        """Empty batches for the jobs of this node that the source had lately, not now."""
+        now = self._monotonic()
+        here = {
+            message.job
+            for message in messages
+            if isinstance(message, Collective | Collectives) and message.node in (None, node)
+        }
+        for job in here:
+            item.jobs[job] = now
+        present: list[Collectives] = []
+        for job, last in list(item.jobs.items()):
+            if job in here:
+                continue
+            if now - last > self._presence_s:
+                del item.jobs[job]  # long gone from this node: no more presence for it
+                continue
+            present.append(
+                Collectives(
+                    v=1, kind="collectives", job=job, node=node, ts_ns=self._clock_ns(), messages=()
+                )
+            )
+        return present
 
     def close(self) -> None:
         """Close every source."""

@@ -162,8 +162,8 @@ def decode_hot_batch(
             return None
         single = _single(wire, kind)
         return None if single is None else [single]
-    if kind == "link":
-        return None
+    if kind == "link" or not wire.messages:
+        return None  # an empty batch is a node's presence: the slow path keeps its envelope
     job = wire.job
     found: list[C4Model] = []
     append = found.append

@@ -226,6 +226,7 @@ class Collectives(C4Model):
             "x-c4-rules": [
                 "every messages[i].job equals job",
                 "an invalid messages[i] is rejected alone; the others are taken",
+                "no messages and a node: that node's agent is up (its presence)",
             ]
         }
     }

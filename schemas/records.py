@@ -4,8 +4,9 @@ A record is one message, or a ``collectives`` batch of one job's collective mess
 one node. A batch is taken apart here: an invalid element is rejected alone, with its own
 field path (``messages[3].rank``) and its own JSON as the dead letter's payload, and every
 other element is taken; only a broken envelope (not JSON, no job, ``messages`` not an
-array...) rejects the whole record. Every reader of the collective topic (the streams
-worker, ``c4 diagnose``, ``c4 validate``) goes through `decode_record`.
+array...) rejects the whole record. A batch without messages that names its node is kept
+as that envelope: the node's agent is up (its presence). Every reader of the collective
+topic (the streams worker, ``c4 diagnose``, ``c4 validate``) goes through `decode_record`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from schemas.codec import (
     decode_object,
 )
 from schemas.fastpath import decode_hot_batch
-from schemas.messages import MAX_BATCH_MESSAGES, Collective, not_the_batch_job
+from schemas.messages import MAX_BATCH_MESSAGES, Collective, Collectives, not_the_batch_job
 from schemas.topics import TOPICS_BY_KIND
 
 BATCH_KIND = "collectives"
@@ -96,6 +97,10 @@ def _batch(obj: dict[str, Any], raw: bytes) -> list[C4Model | Rejected]:
         whole = decode_object(obj, BATCH_KIND)
         assert isinstance(whole, Rejection)  # noqa: S101
         return [Rejected(whole, raw)]
+    if not elements and isinstance(envelope, Collectives) and envelope.node is not None:
+        # No message, a node: that node's agent is up while the job's ranks on it said
+        # nothing this interval (contract: collectives, presence).
+        return [envelope]
     job = obj["job"]
     found: list[C4Model | Rejected] = []
     for index, element in enumerate(elements):

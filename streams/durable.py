@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from schemas.base import C4Model
-from schemas.messages import Collective, Diagnosis, Gpu, Job, Link, Member
+from schemas.messages import Collective, Collectives, Diagnosis, Gpu, Job, Link, Member
 from streams.core.hardware import node_of
 from streams.core.snapshot import (
     SnapshotError,
@@ -46,7 +46,7 @@ class SnapshotCounters:
 
 def owner_key(message: C4Model) -> tuple[str, str] | None:
     """("job", id) or ("node", id): whose state a message changes; None for shared facts."""
-    if isinstance(message, Collective | Job | Member):
+    if isinstance(message, Collective | Collectives | Job | Member):
         return "job", message.job
     if isinstance(message, Link | Gpu):
         return "node", message.node

@@ -240,7 +240,10 @@ class Engine:
     def process(self, message: C4Model) -> list[Diagnosis]:
         """Feed one message; returns the diagnoses that changed (firing or resolved)."""
         if isinstance(message, Collectives):  # a batch: its messages, in order
-            return [found for each in message.messages for found in self.process(each)]
+            found = [found for each in message.messages for found in self.process(each)]
+            if message.node is not None:
+                self._agent_present(message.job, message.node, message.ts_ns)
+            return found
         kind = type(message).__name__
         self.counts[kind] = self.counts.get(kind, 0) + 1
         out: list[Diagnosis] = []
@@ -304,6 +307,14 @@ class Engine:
             # launchers and action workers stamped on their own clocks.
             out.extend(self.advance(message.ts_ns))
         return out
+
+    def _agent_present(self, job: str, node: str, ts_ns: int) -> None:
+        """A node's agent packed (or had nothing to pack of) the job's reports at ``ts_ns``:
+        the node is up, whatever its ranks said."""
+        detector = self.jobs.get(job)
+        replaced = self.membership.replaced_before_ns(job)
+        if detector is not None and (replaced is None or ts_ns >= replaced):
+            detector.on_agent(node, ts_ns)
 
     def advance(self, now_ns: int) -> list[Diagnosis]:
         """Move the event-time clock forward (never back); run the timers when due."""

@@ -35,18 +35,23 @@ class HangCheck:
         self._ports = ports
         self._nodes = nodes
 
-    def _waiting_ranks(self) -> set[int]:
-        """Global ranks inside an operation they entered and have not finished."""
+    def _waiting_ranks(self, now_ns: int) -> set[int]:
+        """Global ranks inside an operation they entered and have not finished, and still
+        reporting: one silent since, while the job's others report, is stopped, not waiting."""
         waiting: set[int] = set()
+        cutoff = now_ns - self._params.silent_after_ns
+        job_alive = max(self._nodes.last_seen().values(), default=-1) >= cutoff
         for tracker in self._groups.comms.values():
             for state in tracker.pending.values():
                 if state.entered == state.ended:
                     continue
                 for r, (enter, end) in enumerate(zip(state.enter, state.end, strict=True)):
                     if enter != NOT_YET and end == NOT_YET:
-                        rank = tracker.members[r].global_rank
-                        if rank is not None:
-                            waiting.add(rank)
+                        member = tracker.members[r]
+                        if job_alive and member.last_seen_ns < cutoff:
+                            continue
+                        if member.global_rank is not None:
+                            waiting.add(member.global_rank)
         return waiting
 
     def check(self, now_ns: int, down: set[str], out: list[Diagnosis]) -> bool:
@@ -86,7 +91,7 @@ class HangCheck:
         culprits: dict[int, tuple[CommTracker, Hang, Member]] = {}
         unattributed: list[tuple[CommTracker, Hang, list[Member]]] = []
         if noncomm:
-            waiting = self._waiting_ranks()
+            waiting = self._waiting_ranks(now_ns)
             for tracker, hang, members in noncomm:
                 free = [m for m in members if m.global_rank not in waiting]
                 if any(m.global_rank is None for m in free):
@@ -128,6 +133,21 @@ class HangCheck:
             self._book.fire_into(
                 out, self._job, "noncomm_hang", HANG_KEY, hang.since_ns, now_ns, suspects, evidence
             )
+        elif comm and (silent := self._silent_inside(comm, now_ns)):
+            # Inside the operation and silent since, while the others report (their heartbeats
+            # go on) on nodes that are up: those processes stopped (SIGSTOP, a crash), not
+            # the network. Their node is up, or node_down would explain it.
+            tracker, hang, members = silent
+            suspects = tuple(self._groups.rank_suspect(m, 0.95) for m in members[:16])
+            evidence = {
+                "comm": tracker.comm,
+                "seq": hang.seq,
+                "silent_ranks": [m.global_rank for m in members[:64]],
+                "waiting_ranks": len(hang.unfinished) - len(members),
+            }
+            self._book.fire_into(
+                out, self._job, "noncomm_hang", HANG_KEY, hang.since_ns, now_ns, suspects, evidence
+            )
         elif comm:
             tracker, hang = min(comm, key=lambda item: item[1].since_ns)
             suspects = self._stalled_suspects(tracker, hang)
@@ -144,6 +164,21 @@ class HangCheck:
                 if resolved := self._book.resolve(self._job, cls, HANG_KEY, now_ns):
                     out.append(resolved)
         return due or bool(open_cls)
+
+    def _silent_inside(
+        self, comm: list[tuple[CommTracker, Hang]], now_ns: int
+    ) -> tuple[CommTracker, Hang, list[Member]] | None:
+        """The stalled operation whose unfinished members went silent while the job's others
+        still report: the earliest such, with those members."""
+        cutoff = now_ns - self._params.silent_after_ns
+        if max(self._nodes.last_seen().values(), default=-1) < cutoff:
+            return None  # the whole job is silent: no one to tell apart
+        for tracker, hang in sorted(comm, key=lambda item: item[1].since_ns):
+            inside = [tracker.members[r] for r in hang.unfinished]
+            silent = [m for m in inside if m.last_seen_ns < cutoff]
+            if silent:
+                return tracker, hang, sorted(silent, key=lambda m: m.global_rank or 0)
+        return None
 
     def _stalled_suspects(self, tracker: CommTracker, hang: Hang) -> tuple[SuspectScore, ...]:
         ports = self._groups.member_ports(tracker)

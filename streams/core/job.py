@@ -107,6 +107,10 @@ class JobDetector:
         tracker.ingest(message)
         self._stragglers.add(message)
 
+    def on_agent(self, node: str, ts_ns: int) -> None:
+        """The node's agent was up at ``ts_ns`` (a batch it packed, empty or not)."""
+        self._nodes.on_agent(node, ts_ns)
+
     def on_job(self, message: Job) -> None:
         """Learn the job's placement."""
         self._groups.placement = {place.rank: place for place in message.ranks}
@@ -147,6 +151,7 @@ class JobDetector:
             "conn_ref": self._throughputs.state(),
             "slow_keys": self._slowdowns.state(),
             "back": self._nodes.back_ns,
+            "agents": self._nodes.agents_ns,
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -167,7 +172,8 @@ class JobDetector:
         self._throughputs.restore(state.get("conn_ref", {}))
         self._slowdowns.restore(state["slow_keys"])
         back = {str(node): int(at) for node, at in state.get("back", {}).items()}
-        self._nodes.restore(back, groups.latest_seen_ns())
+        agents = {str(node): int(at) for node, at in state.get("agents", {}).items()}
+        self._nodes.restore(back, groups.latest_seen_ns(), agents)
 
     def close(self, now_ns: int) -> list[Diagnosis]:
         """Resolve every open finding (the job stopped)."""

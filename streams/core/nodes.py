@@ -1,4 +1,10 @@
-"""Node liveness within a job: a node silent while the job's others report is down."""
+"""Node liveness within a job: a node silent while the job's others report is down.
+
+Silent means its ranks stopped reporting and its agent did too. An agent that still says
+it is up (a ``collectives`` batch naming the node, empty when the ranks said nothing) while
+the node's ranks are silent shows processes stopped on a live node: no node_down, and the
+hang check names those ranks.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +31,13 @@ class NodeWatch:
         # at that report (``_seen_floor``), and one silent for ``silent_after`` past it is.
         self._data_ns = -1
         self._seen_floor: tuple[int, frozenset[str]] | None = None
+        # Node -> when its agent last said it was up (event time).
+        self.agents_ns: dict[str, int] = {}
+
+    def on_agent(self, node: str, ts_ns: int) -> None:
+        """The node's agent was up at ``ts_ns``."""
+        if ts_ns > self.agents_ns.get(node, -1):
+            self.agents_ns[node] = ts_ns
 
     def on_report(self, ts_ns: int) -> None:
         """A report of the job at ``ts_ns``, before its group takes it."""
@@ -65,7 +78,9 @@ class NodeWatch:
         down = {
             node
             for node, ts in seen.items()
-            if ts < cutoff and ts < latest - self._params.silent_after_ns
+            if ts < cutoff
+            and ts < latest - self._params.silent_after_ns
+            and self.agents_ns.get(node, -1) < cutoff
         }
         for node in sorted(down):
             fired = self._book.fire(
@@ -94,7 +109,11 @@ class NodeWatch:
             del self.back_ns[node]
         return set(self.back_ns)
 
-    def restore(self, back_ns: dict[str, int], data_ns: int) -> None:
-        """Take the rejoining nodes of a snapshot, and the job's latest report in it."""
+    def restore(
+        self, back_ns: dict[str, int], data_ns: int, agents_ns: dict[str, int] | None = None
+    ) -> None:
+        """Take the rejoining nodes of a snapshot, the job's latest report in it and when
+        the nodes' agents were last up."""
         self.back_ns = back_ns
         self._data_ns = data_ns
+        self.agents_ns = dict(agents_ns or {})

@@ -160,6 +160,15 @@ def submit_training(settings: Settings, tmp_path: Path, steps: int) -> str:
     return done.stdout.strip()
 
 
+def rank_of_node(tmp_path: Path, restart: int, node: str) -> int:
+    """The rank that runs on ``node`` in run ``restart``."""
+    for path in (tmp_path / "train" / "pids").glob(f"r{restart}.rank*"):
+        if path.read_text().split()[1] == node:
+            return int(path.name.rsplit("rank", 1)[1])
+    message = f"no rank on {node} in run {restart}"
+    raise AssertionError(message)
+
+
 def rank_on(tmp_path: Path, restart: int, node: str) -> int:
     """The pid of the rank that runs on ``node`` in run ``restart``."""
     for path in (tmp_path / "train" / "pids").glob(f"r{restart}.rank*"):
@@ -234,9 +243,9 @@ def test_a_stopped_node_is_drained_and_the_job_completes_off_it(
         bad = nodes[1]
         stopped_at = time.time()
         os.kill(rank_on(tmp_path, 0, bad), signal.SIGSTOP)
-        wait_for(lambda: slurm.node(bad).drained, 90, f"{bad} drained")
-        drained_at = time.time()
         with explained(cluster, slurm, job, tmp_path, running):
+            wait_for(lambda: slurm.node(bad).drained, 90, f"{bad} drained")
+            drained_at = time.time()
             # The drain comes first, the requeue a moment later: wait for the rerun itself.
             again = wait_for(lambda: rerun(slurm, job), 90, f"job {job} running again")
             assert again.restarts == 1 and bad not in slurm.expand(again.nodes)
@@ -244,9 +253,8 @@ def test_a_stopped_node_is_drained_and_the_job_completes_off_it(
             # Once: the stopped run's last findings (a hang of its waiting ranks) arrive after
             # the requeue and must not requeue the healthy rerun.
             assert wait_job(slurm, job, "COMPLETED", timeout_s=60).restarts == 1
-    # Every rank of the node stopped, their reporting threads too: from the job's messages
-    # the node went silent while the others waited, a node_down naming it (a hang of its
-    # ranks where something else still showed the node alive).
+    # Every rank of the node stopped, their reporting threads too, while the node's agent
+    # went on saying the node is up: a hang naming the stopped rank, not the node down.
     found = [
         d
         for d in read_all(cluster, "diagnosis")
@@ -255,9 +263,13 @@ def test_a_stopped_node_is_drained_and_the_job_completes_off_it(
         and d.job == job
         and d.class_ in ("node_down", "noncomm_hang")
     ]
+    assert [d.class_ for d in found[:1]] == ["noncomm_hang"], found
+    # Named as missing from the next operation, or as silent inside the one it was in.
+    named = found[0].evidence.get("missing_ranks") or found[0].evidence.get("silent_ranks")
+    assert named == [rank_of_node(tmp_path, 0, bad)], found
     assert found and found[0].suspects[0].id.split("/")[0] == bad, found
     node = slurm.node(bad)
-    assert node.reason == f"c4:{found[0].id} {found[0].class_} {bad}"
+    assert node.reason.startswith(f"c4:{found[0].id} noncomm_hang {bad}"), node.reason
     placements = [j for j in read_all(cluster, "job") if isinstance(j, Job) and j.job == job]
     # Two placements assembled from member reports: the first run's, the rerun's off `bad`.
     assert {p.node for p in placements[-1].ranks} == set(slurm.expand(again.nodes))

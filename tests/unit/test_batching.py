@@ -177,3 +177,49 @@ def test_the_agent_sends_one_record_per_job_per_round_unless_told_not_to() -> No
         assert agent.run_once() == 8 and agent.counts.messages == 8
         assert len(sent) == records
         assert len(unpacked(sent)) == 8
+
+
+class Silent:
+    """A source whose ranks of job "j" on node n1 report until told to stop."""
+
+    name, interval_s = "ranks", 1.0
+
+    def __init__(self) -> None:
+        self.reporting = True
+
+    def read(self, now_ns: int) -> Reading:
+        if not self.reporting:
+            return Reading()
+        return Reading(messages=[collective("j", rank, ops=1, ts_ns=now_ns) for rank in range(2)])
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_agent_says_its_node_is_up_while_the_job_s_ranks_there_are_silent() -> None:
+    source, sent, now = Silent(), list[C4Model](), [0.0]
+    agent = Agent(
+        [source], sent.append, print, clock_ns=lambda: 7, monotonic=lambda: now[0],
+        node="n1", presence_s=30.0,
+    )  # fmt: skip
+    agent.run_once()
+    assert len(sent) == 2 and all(isinstance(m, Collective) for m in sent)
+    source.reporting = False
+    sent.clear()
+    for now[0] in (1.0, 2.0, 30.0):
+        agent.run_once()
+    assert (
+        sent == [Collectives(v=1, kind="collectives", job="j", node="n1", ts_ns=7, messages=())] * 3
+    )
+    # Past presence_s without a word from the ranks: the job is gone from this node.
+    sent.clear()
+    now[0] = 31.0
+    agent.run_once()
+    assert sent == []
+    # The presence reads back as that envelope; an empty batch naming no node, as nothing.
+    (up,) = decode_record(
+        encode(Collectives(v=1, kind="collectives", job="j", node="n1", ts_ns=7, messages=())),
+        "collective",
+    )
+    assert isinstance(up, Collectives) and up.node == "n1" and up.messages == ()
+    assert decode_record(b'{"v":1,"kind":"collectives","job":"j","ts_ns":7,"messages":[]}') == []

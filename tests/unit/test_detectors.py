@@ -4,7 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from schemas.messages import Diagnosis, Gpu, Link, LinkCounters, Ops
+from schemas.base import C4Model
+from schemas.messages import Collectives, Diagnosis, Gpu, Link, LinkCounters, Ops
 from streams.core.engine import Engine
 from tests.unit.ring_job import MS, T0, RingJob, S
 
@@ -271,3 +272,86 @@ def test_a_gap_in_the_whole_job_s_reports_is_no_node_down() -> None:
     engine = Engine()
     found = [d for m in [job.job_message(), *kept] for d in engine.process(m)]
     assert [d for d in found if d.class_ in ("node_down", "noncomm_hang")] == []
+
+
+def presence(node: str, ts_ns: int) -> Collectives:
+    """What a node's agent sends while the job's ranks on it say nothing."""
+    return Collectives(v=1, kind="collectives", job="job-1", node=node, ts_ns=ts_ns, messages=())
+
+
+def test_ranks_silent_on_a_node_whose_agent_is_up_are_a_hang_naming_them() -> None:
+    # Every rank of node-001 stops (SIGSTOP, a crash) while the node's agent goes on: the
+    # node is up, its ranks hang; without the agent's word the same reports read as the
+    # node down.
+    job = RingJob(n=24, dead_node={1: 40})
+    messages: list[C4Model] = [*job.messages()]
+    end = max(m.ts_ns for m in job.messages())
+    agent = [presence("node-001", ts) for ts in range(T0, end, S // 2)]
+    timeline = sorted([*messages, *agent], key=lambda m: m.ts_ns)  # type: ignore[attr-defined]
+    engine = Engine()
+    found = [d for m in [job.job_message(), *timeline] for d in engine.process(m)]
+    firing = [d for d in found if d.state == "firing"]
+    assert [d.class_ for d in firing] == ["noncomm_hang"], [(d.class_, d.suspects) for d in firing]
+    assert {s.id.split("/")[0] for s in firing[0].suspects} == {"node-001"}
+    assert {d.class_ for d in diagnose(job) if d.state == "firing"} == {"node_down"}
+    # A worker that takes the job over from a snapshot knows the agent was up.
+    half = [m for m in timeline if m.ts_ns < T0 + (end - T0) // 2]  # type: ignore[attr-defined]
+    first = Engine()
+    for m in [job.job_message(), *half]:
+        first.process(m)
+    state = first.job_state("job-1")
+    assert state is not None and state["agents"]["node-001"] > T0
+    second = Engine()
+    second.restore_job("job-1", state)
+    rest = [m for m in timeline if m not in half]
+    assert "node_down" not in {d.class_ for m in rest for d in second.process(m)}
+
+
+def test_ranks_that_go_silent_inside_an_operation_on_a_live_node_are_named() -> None:
+    # Every rank entered op 50 and none finishes; node-001's ranks stop reporting right after
+    # entering it (stopped inside the collective) while the others report on and node-001's
+    # agent says the node is up: those processes stopped, not the network (comm_hang).
+    job = RingJob(n=24, stall_at=50)
+    messages = job.messages()
+    entered = min(
+        m.ts_ns for m in messages if m.node == "node-001" and 50 in m.ops.seq
+    )  # the report that shows node-001's ranks inside op 50
+    kept = [m for m in messages if m.node != "node-001" or m.ts_ns <= entered]
+    end = max(m.ts_ns for m in messages)
+    agent = [presence("node-001", ts) for ts in range(T0, end, S // 2)]
+    timeline = sorted([*kept, *agent], key=lambda m: m.ts_ns)  # type: ignore[attr-defined]
+    engine = Engine()
+    found = [d for m in [job.job_message(), *timeline] for d in engine.process(m)]
+    firing = [d for d in found if d.state == "firing"]
+    assert [d.class_ for d in firing] == ["noncomm_hang"], [(d.class_, d.suspects) for d in firing]
+    assert {s.id.split("/")[0] for s in firing[0].suspects} == {"node-001"}
+    assert firing[0].evidence["silent_ranks"] == list(range(8, 16))
+    # Every rank reporting on: the network (comm_hang), as before.
+    assert {d.class_ for d in diagnose(job) if d.state == "firing"} == {"comm_hang"}
+
+
+def test_a_rank_stopped_before_it_recorded_an_end_is_no_waiter() -> None:
+    # node-001's ranks stop after their last operation completed everywhere but before
+    # they recorded its end: inside it for ever by their reports, silent since, while the
+    # others wait for them in the next one. They are the culprits, not waiters.
+    job = RingJob(n=24, dead_node={1: 40})
+    messages = job.messages()
+    last = {}
+    for m in messages:
+        if m.node == "node-001" and len(m.ops.seq):
+            last[m.rank] = m
+    edited = []
+    for m in messages:
+        if last.get(m.rank) is m:
+            ends = (*m.ops.end_ns[:-1], None)
+            m = m.model_copy(update={"ops": m.ops.model_copy(update={"end_ns": ends})})
+        edited.append(m)
+    end = max(m.ts_ns for m in messages)
+    agent = [presence("node-001", ts) for ts in range(T0, end, S // 2)]
+    timeline = sorted([*edited, *agent], key=lambda m: m.ts_ns)  # type: ignore[attr-defined]
+    engine = Engine()
+    found = [d for m in [job.job_message(), *timeline] for d in engine.process(m)]
+    firing = [
+        (d.class_, {s.id.split("/")[0] for s in d.suspects}) for d in found if d.state == "firing"
+    ]
+    assert firing == [("noncomm_hang", {"node-001"})]
