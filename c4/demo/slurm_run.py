@@ -175,11 +175,10 @@ class SlurmDemo:
         config = {
             "retry": {"tries": 3, "backoff_s": 0.1, "max_backoff_s": 0.5},
             "policy": {
-                # A node whose every rank stopped is a node_down (its ranks' reporting stopped
-                # with them). No action on a noncomm_hang: after a requeue the streams worker
-                # still holds the previous run's unfinished collective and names the rank's
-                # new node (a false finding, shown as one).
-                "classes": {"node_down": hard, "noncomm_hang": [], "noncomm_slow": hard},
+                # A node whose every rank stopped while its agent runs is a noncomm_hang
+                # naming those ranks; with the agent gone too, a node_down. A finding about
+                # a run that was requeued since requeues nothing (earlier_run).
+                "classes": {"node_down": hard, "noncomm_hang": hard, "noncomm_slow": hard},
                 "max_restarts": faults,
                 # Each fault isolates and restarts once: the default limits are a cluster's.
                 "job_rate": {"actions": 2 * faults + 2, "window_s": 3600},
@@ -285,7 +284,7 @@ class SlurmDemo:
             f"workers: streams (pid {streams.pid}), actions (pid {actions.pid}, scheduler "
             f"slurm), {len(self._children) - 2} node agents (pids {agents}); logs in {logs}"
         )
-        self.say("actions: isolate (drain) and restart (requeue) on node_down and noncomm_slow")
+        self.say("actions: isolate (drain) and restart (requeue) on noncomm_hang, node_down and noncomm_slow")
 
     def _check(self) -> None:
         for child in self._children:
