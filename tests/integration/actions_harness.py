@@ -309,8 +309,9 @@ def diagnosis(
     suspects: list[tuple[str, str, float]],
     cls: str = "noncomm_hang",
     state: str = "firing",
+    onset_ns: int = 1_733_130_000_000_000_000,
 ) -> dict[str, Any]:
-    """A v1 diagnosis message."""
+    """A v1 diagnosis message (its onset a fixed time in the past unless given)."""
     return {
         "v": 1,
         "kind": "diagnosis",
@@ -318,8 +319,8 @@ def diagnosis(
         "job": job,
         "state": state,
         "class": cls,
-        "onset_ns": 1_733_130_000_000_000_000,
-        "ts_ns": 1_733_130_012_000_000_000,
+        "onset_ns": onset_ns,
+        "ts_ns": onset_ns + 12_000_000_000,
         "suspects": [{"type": t, "id": i, "score": s} for t, i, s in suspects],
         "evidence": {"comm": "c0", "seq": 1001, "waiting_ranks": 14},
     }

@@ -59,6 +59,11 @@ def start_job(cluster: Cluster, settings: Settings, tmp_path: Path) -> tuple[str
     return job, nodes
 
 
+def now_ns() -> int:
+    """A finding's onset while the job runs (one from before its run requeues nothing)."""
+    return time.time_ns()
+
+
 def test_a_hang_drains_the_node_and_requeues_the_job_off_it(
     cluster: Cluster, clean: Settings, tmp_path: Path
 ) -> None:
@@ -69,7 +74,11 @@ def test_a_hang_drains_the_node_and_requeues_the_job_off_it(
     try:
         job, nodes = start_job(cluster, clean, tmp_path)
         bad = nodes[1]
-        cluster.send("diagnosis", diagnosis("d-s1", job, [("gpu", f"{bad}/gpu1", 0.95)]), job)
+        cluster.send(
+            "diagnosis",
+            diagnosis("d-s1", job, [("gpu", f"{bad}/gpu1", 0.95)], onset_ns=now_ns()),
+            job,
+        )
         actions = cluster.wait_actions(2, timeout_s=60)
     finally:
         worker.stop()
@@ -96,7 +105,9 @@ def test_killed_between_drain_and_requeue_still_one_drain_and_one_requeue(
     try:
         job, nodes = start_job(cluster, clean, tmp_path)
         bad = nodes[0]
-        cluster.send("diagnosis", diagnosis("d-s2", job, [("node", bad, 0.9)]), job)
+        cluster.send(
+            "diagnosis", diagnosis("d-s2", job, [("node", bad, 0.9)], onset_ns=now_ns()), job
+        )
         assert doomed.process.wait(60) == -signal.SIGKILL, doomed.log()
     finally:
         doomed.stop()

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, TopicPartition
 from producers.handoff import FolderSink
 from producers.oplog import END, OpRecorder
 from schemas.codec import decode
-from schemas.messages import Collective, Link
+from schemas.messages import Collective, Collectives, Link
 
 T0 = 1_800_000_000_000_000_000
 
@@ -83,6 +83,10 @@ def test_agent_publishes_links_and_handed_off_collectives(
     assert {(m.node, m.port, m.counters.tx_bytes) for m in links if isinstance(m, Link)} == {
         ("node-005", "mlx5_0:1", 40)
     }
-    (collective,) = _consume(kafka_bootstrap, prefix + "c4.collective.v1", 1)
+    collective, *later = _consume(kafka_bootstrap, prefix + "c4.collective.v1", 1)
     assert isinstance(collective, Collective)
+    # The rank silent after that, the agent says its node is up (presence: no messages).
+    assert all(
+        isinstance(m, Collectives) and m.messages == () and m.node == "node-005" for m in later
+    ), later
     assert (collective.comm, collective.rank, collective.ops.seq) == ("0", 5, (0,))
