@@ -4,8 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from schemas.base import C4Model
-from schemas.messages import Collectives, Diagnosis, Gpu, Link, LinkCounters, Ops
+from schemas.messages import Collective, Collectives, Diagnosis, Gpu, Link, LinkCounters, Ops
 from streams.core.engine import Engine
 from tests.unit.ring_job import MS, T0, RingJob, S
 
@@ -279,23 +278,32 @@ def presence(node: str, ts_ns: int) -> Collectives:
     return Collectives(v=1, kind="collectives", job="job-1", node=node, ts_ns=ts_ns, messages=())
 
 
+def with_agent(node: str, messages: list[Collective]) -> list[Collective | Collectives]:
+    """The reports with the node's agent saying it is up every half second, in time order."""
+    end = max(m.ts_ns for m in messages)
+    agent = [presence(node, ts) for ts in range(T0, end, S // 2)]
+    return sorted([*messages, *agent], key=lambda m: m.ts_ns)
+
+
+def firing_in(job: RingJob, timeline: list[Collective | Collectives]) -> list[Diagnosis]:
+    engine = Engine()
+    found = [d for m in [job.job_message(), *timeline] for d in engine.process(m)]
+    return [d for d in found if d.state == "firing"]
+
+
 def test_ranks_silent_on_a_node_whose_agent_is_up_are_a_hang_naming_them() -> None:
     # Every rank of node-001 stops (SIGSTOP, a crash) while the node's agent goes on: the
     # node is up, its ranks hang; without the agent's word the same reports read as the
     # node down.
     job = RingJob(n=24, dead_node={1: 40})
-    messages: list[C4Model] = [*job.messages()]
-    end = max(m.ts_ns for m in job.messages())
-    agent = [presence("node-001", ts) for ts in range(T0, end, S // 2)]
-    timeline = sorted([*messages, *agent], key=lambda m: m.ts_ns)  # type: ignore[attr-defined]
-    engine = Engine()
-    found = [d for m in [job.job_message(), *timeline] for d in engine.process(m)]
-    firing = [d for d in found if d.state == "firing"]
+    timeline = with_agent("node-001", job.messages())
+    end = timeline[-1].ts_ns
+    firing = firing_in(job, timeline)
     assert [d.class_ for d in firing] == ["noncomm_hang"], [(d.class_, d.suspects) for d in firing]
     assert {s.id.split("/")[0] for s in firing[0].suspects} == {"node-001"}
     assert {d.class_ for d in diagnose(job) if d.state == "firing"} == {"node_down"}
     # A worker that takes the job over from a snapshot knows the agent was up.
-    half = [m for m in timeline if m.ts_ns < T0 + (end - T0) // 2]  # type: ignore[attr-defined]
+    half = [m for m in timeline if m.ts_ns < T0 + (end - T0) // 2]
     first = Engine()
     for m in [job.job_message(), *half]:
         first.process(m)
@@ -317,12 +325,7 @@ def test_ranks_that_go_silent_inside_an_operation_on_a_live_node_are_named() -> 
         m.ts_ns for m in messages if m.node == "node-001" and 50 in m.ops.seq
     )  # the report that shows node-001's ranks inside op 50
     kept = [m for m in messages if m.node != "node-001" or m.ts_ns <= entered]
-    end = max(m.ts_ns for m in messages)
-    agent = [presence("node-001", ts) for ts in range(T0, end, S // 2)]
-    timeline = sorted([*kept, *agent], key=lambda m: m.ts_ns)  # type: ignore[attr-defined]
-    engine = Engine()
-    found = [d for m in [job.job_message(), *timeline] for d in engine.process(m)]
-    firing = [d for d in found if d.state == "firing"]
+    firing = firing_in(job, with_agent("node-001", kept))
     assert [d.class_ for d in firing] == ["noncomm_hang"], [(d.class_, d.suspects) for d in firing]
     assert {s.id.split("/")[0] for s in firing[0].suspects} == {"node-001"}
     assert firing[0].evidence["silent_ranks"] == list(range(8, 16))
@@ -346,12 +349,7 @@ def test_a_rank_stopped_before_it_recorded_an_end_is_no_waiter() -> None:
             ends = (*m.ops.end_ns[:-1], None)
             m = m.model_copy(update={"ops": m.ops.model_copy(update={"end_ns": ends})})
         edited.append(m)
-    end = max(m.ts_ns for m in messages)
-    agent = [presence("node-001", ts) for ts in range(T0, end, S // 2)]
-    timeline = sorted([*edited, *agent], key=lambda m: m.ts_ns)  # type: ignore[attr-defined]
-    engine = Engine()
-    found = [d for m in [job.job_message(), *timeline] for d in engine.process(m)]
-    firing = [
-        (d.class_, {s.id.split("/")[0] for s in d.suspects}) for d in found if d.state == "firing"
+    firing = firing_in(job, with_agent("node-001", edited))
+    assert [(d.class_, {s.id.split("/")[0] for s in d.suspects}) for d in firing] == [
+        ("noncomm_hang", {"node-001"})
     ]
-    assert firing == [("noncomm_hang", {"node-001"})]
