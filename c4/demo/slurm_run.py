@@ -284,7 +284,10 @@ class SlurmDemo:
             f"workers: streams (pid {streams.pid}), actions (pid {actions.pid}, scheduler "
             f"slurm), {len(self._children) - 2} node agents (pids {agents}); logs in {logs}"
         )
-        self.say("actions: isolate (drain) and restart (requeue) on noncomm_hang, node_down and noncomm_slow")
+        self.say(
+            "actions: isolate (drain) and restart (requeue) on noncomm_hang, node_down and "
+            "noncomm_slow"
+        )
 
     def _check(self) -> None:
         for child in self._children:
