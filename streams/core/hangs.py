@@ -39,8 +39,7 @@ class HangCheck:
         """Global ranks inside an operation they entered and have not finished, and still
         reporting: one silent since, while the job's others report, is stopped, not waiting."""
         waiting: set[int] = set()
-        cutoff = now_ns - self._params.silent_after_ns
-        job_alive = max(self._nodes.last_seen().values(), default=-1) >= cutoff
+        cutoff = self._silent_before(now_ns)
         for tracker in self._groups.comms.values():
             for state in tracker.pending.values():
                 if state.entered == state.ended:
@@ -48,7 +47,7 @@ class HangCheck:
                 for r, (enter, end) in enumerate(zip(state.enter, state.end, strict=True)):
                     if enter != NOT_YET and end == NOT_YET:
                         member = tracker.members[r]
-                        if job_alive and member.last_seen_ns < cutoff:
+                        if member.last_seen_ns < cutoff:
                             continue
                         if member.global_rank is not None:
                             waiting.add(member.global_rank)
@@ -165,14 +164,20 @@ class HangCheck:
                     out.append(resolved)
         return due or bool(open_cls)
 
+    def _silent_before(self, now_ns: int) -> int:
+        """Reports older than this are a silent rank's: ``silent_after`` before both now and
+        the job's latest report. A job whose reports lag behind the clock (a backlog caught
+        up, the rest of an interval not read yet) has no silent rank for that; a job silent
+        as a whole has none either."""
+        latest = max(self._nodes.last_seen().values(), default=-1)
+        return min(now_ns, latest) - self._params.silent_after_ns
+
     def _silent_inside(
         self, comm: list[tuple[CommTracker, Hang]], now_ns: int
     ) -> tuple[CommTracker, Hang, list[Member]] | None:
         """The stalled operation whose unfinished members went silent while the job's others
         still report: the earliest such, with those members."""
-        cutoff = now_ns - self._params.silent_after_ns
-        if max(self._nodes.last_seen().values(), default=-1) < cutoff:
-            return None  # the whole job is silent: no one to tell apart
+        cutoff = self._silent_before(now_ns)
         for tracker, hang in sorted(comm, key=lambda item: item[1].since_ns):
             inside = [tracker.members[r] for r in hang.unfinished]
             silent = [m for m in inside if m.last_seen_ns < cutoff]
