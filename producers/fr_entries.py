@@ -182,7 +182,10 @@ def entries_of(
             name = str(entry["process_group"][0])
             profiling = str(entry["profiling_name"])
             op, rest = op_name(profiling)
-            enter = int(entry["time_created_ns"])
+            created = entry["time_created_ns"]
+            if isinstance(created, bool):  # int() takes it, and it is no time
+                raise TypeError("time_created_ns is a boolean")  # noqa: EM101, TRY301
+            enter = int(created)
             seq = int(entry.get("collective_seq_id") or 0)
             p2p_seq = int(entry.get("p2p_seq_id") or 0)
             op_id = int(entry.get("op_id") or 0)
@@ -271,7 +274,7 @@ def infer_returned(entries: list[Entry], dumps: list[RankDump]) -> None:
 
 def _end_ns(entry: Mapping[str, Any], enter: int, status: Any) -> int | None:
     completed = entry.get("time_discovered_completed_ns")
-    if isinstance(completed, int):
+    if isinstance(completed, int) and not isinstance(completed, bool):
         return max(completed, enter)
     if entry.get("state") == "completed":
         return enter  # finished; the dump does not say when

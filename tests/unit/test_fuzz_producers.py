@@ -332,3 +332,21 @@ def test_sysfs_files_with_any_content(
     by_port = {message.port: message for message in reading.messages}
     assert by_port["mlx5_1:1"].counters.tx_bytes == 40
     assert by_port["mlx5_1:1"].gbps == 400.0
+
+
+def test_a_boolean_time_costs_its_entry_only() -> None:
+    # Found by the fuzz test: int(False) is 0, so a boolean time passed as a time and then
+    # failed the whole process group's conversion.
+    hostile = {**good_entry(2), "time_created_ns": False, "time_discovered_completed_ns": False}
+    dump = {
+        "version": "2.5",
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+        "pg_status": {"0": {"last_completed_collective": None}},
+        "entries": [hostile, good_entry(1)],
+    }
+    loaded = load_dump(pickle.dumps(dump), "dump1")
+    conversion = convert([RankDump(0, T0 + 10**10, loaded, "dump1")], "job-1")
+    assert [line.split(": ", 1)[1] for line in conversion.skipped] == [
+        "malformed (TypeError: time_created_ns is a boolean)"
+    ]
+    assert {seq for message in conversion.messages for seq in message.ops.seq} == {1}
