@@ -49,6 +49,7 @@ from c4.demo.slurm_figures import (
 )
 from c4.demo.slurm_job import JOB_NODES, JobFiles, SlurmView, job_script
 from c4.demo.timeline import format_rows
+from c4.demo.workers import worker_env
 from c4.settings import Settings
 from c4.stack import (
     StackError,
@@ -157,16 +158,7 @@ class SlurmDemo:
 
     # --- set-up -----------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
-        s = self.settings
-        return {
-            **os.environ,
-            "C4_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
-            "C4_REDIS_URL": s.redis_url,
-            "C4_TOPIC_PREFIX": s.topic_prefix,
-            "C4_TOPIC_PARTITIONS": str(s.topic_partitions),
-            "C4_REDIS_KEY_PREFIX": s.redis_key_prefix,
-            "PYTHONUNBUFFERED": "1",
-        }
+        return worker_env(self.settings)
 
     def _actions_config(self) -> Path:
         """Isolate and restart on a hang and on a straggler, through Slurm."""

@@ -16,8 +16,9 @@ from c4.demo.processes import Child, free_port
 from c4.settings import Settings
 
 
-def worker_env(settings: Settings, secret: str) -> dict[str, str]:
-    """The workers' environment: this run's Kafka, Redis and prefixes, the webhook secret."""
+def worker_env(settings: Settings, secret: str | None = None) -> dict[str, str]:
+    """The workers' environment: this run's Kafka, Redis and prefixes, the webhook secret
+    when the run has webhooks."""
     s = settings
     return {
         **os.environ,
@@ -26,7 +27,7 @@ def worker_env(settings: Settings, secret: str) -> dict[str, str]:
         "C4_TOPIC_PREFIX": s.topic_prefix,
         "C4_TOPIC_PARTITIONS": str(s.topic_partitions),
         "C4_REDIS_KEY_PREFIX": s.redis_key_prefix,
-        HOOK_SECRET_ENV: secret,
+        **({} if secret is None else {HOOK_SECRET_ENV: secret}),
         "PYTHONUNBUFFERED": "1",
     }
 

@@ -160,21 +160,12 @@ def submit_training(settings: Settings, tmp_path: Path, steps: int) -> str:
     return done.stdout.strip()
 
 
-def rank_of_node(tmp_path: Path, restart: int, node: str) -> int:
-    """The rank that runs on ``node`` in run ``restart``."""
-    for path in (tmp_path / "train" / "pids").glob(f"r{restart}.rank*"):
-        if path.read_text().split()[1] == node:
-            return int(path.name.rsplit("rank", 1)[1])
-    message = f"no rank on {node} in run {restart}"
-    raise AssertionError(message)
-
-
-def rank_on(tmp_path: Path, restart: int, node: str) -> int:
-    """The pid of the rank that runs on ``node`` in run ``restart``."""
+def rank_on(tmp_path: Path, restart: int, node: str) -> tuple[int, int]:
+    """The (global rank, pid) of the rank that runs on ``node`` in run ``restart``."""
     for path in (tmp_path / "train" / "pids").glob(f"r{restart}.rank*"):
         pid, where = path.read_text().split()
         if where == node:
-            return int(pid)
+            return int(path.name.rsplit("rank", 1)[1]), int(pid)
     message = f"no rank on {node} in run {restart}"
     raise AssertionError(message)
 
@@ -242,7 +233,8 @@ def test_a_stopped_node_is_drained_and_the_job_completes_off_it(
         wait_for(lambda: (tmp_path / "train" / "progress.r0").exists(), 60, "training steps")
         bad = nodes[1]
         stopped_at = time.time()
-        os.kill(rank_on(tmp_path, 0, bad), signal.SIGSTOP)
+        stopped_rank, pid = rank_on(tmp_path, 0, bad)
+        os.kill(pid, signal.SIGSTOP)
         with explained(cluster, slurm, job, tmp_path, running):
             wait_for(lambda: slurm.node(bad).drained, 90, f"{bad} drained")
             drained_at = time.time()
@@ -266,7 +258,7 @@ def test_a_stopped_node_is_drained_and_the_job_completes_off_it(
     assert [d.class_ for d in found[:1]] == ["noncomm_hang"], found
     # Named as missing from the next operation, or as silent inside the one it was in.
     named = found[0].evidence.get("missing_ranks") or found[0].evidence.get("silent_ranks")
-    assert named == [rank_of_node(tmp_path, 0, bad)], found
+    assert named == [stopped_rank], found
     assert found and found[0].suspects[0].id.split("/")[0] == bad, found
     node = slurm.node(bad)
     assert node.reason.startswith(f"c4:{found[0].id} noncomm_hang {bad}"), node.reason
@@ -285,7 +277,7 @@ def test_a_throttled_rank_is_named_as_the_straggler(
         nodes = slurm.expand(wait_job(slurm, job, "RUNNING").nodes)
         wait_for(lambda: (tmp_path / "train" / "progress.r0").exists(), 60, "training steps")
         slow = nodes[2]
-        pid = rank_on(tmp_path, 0, slow)
+        _, pid = rank_on(tmp_path, 0, slow)
         stop = threading.Event()
 
         def throttle() -> None:
