@@ -177,6 +177,13 @@ class RerouteSettings(_Frozen):
         return value
 
 
+# A Kubernetes qualified name (label key, taint key, condition type), with its optional prefix.
+QUALIFIED = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+
+
 class Scheduler(_Frozen):
     """The scheduler the isolate and restart actions drive (none: the Redis state only).
 
@@ -184,14 +191,42 @@ class Scheduler(_Frozen):
     ``c4:<diagnosis>``, restart requeues the job (keeping it off the failed nodes when
     ``exclude_failed_nodes``), release resumes only what c4 drained, and the spare pool
     mirrors Slurm's idle nodes every ``mirror_spares_s``.
+
+    With ``kubernetes``: isolate cordons the node, taints it ``<taint_key>=<class>`` and sets
+    the node condition ``condition_type`` False; restart deletes the job's pods (those with
+    ``<job_label>=<job>``) on the failed nodes, so their controller places them again, and
+    recreates a plain pod (no controller) off those nodes; release removes only c4's marks.
     """
 
-    kind: Literal["none", "slurm"] = "none"
+    kind: Literal["none", "slurm", "kubernetes"] = "none"
     slurm_conf: str | None = Field(default=None, description="SLURM_CONF for scontrol and sinfo")
     exclude_failed_nodes: bool = True
     command_timeout_s: float = Field(default=30.0, gt=0)
     retry: Backoff = Backoff(tries=5)
     mirror_spares_s: float = Field(default=30.0, gt=0)
+    # Kubernetes: the client's kubeconfig file (None: the pod's service account, in-cluster).
+    kubeconfig: str | None = None
+    # The namespace of the training pods (None: every namespace).
+    namespace: str | None = Field(default=None, min_length=1, max_length=63)
+    job_label: str = "c4.io/job"
+    grace_period_s: int = Field(default=30, ge=0, le=3600)
+    taint_key: str = "c4.io/fault"
+    taint_effect: Literal["NoSchedule", "NoExecute"] = "NoSchedule"
+    # Diagnosis classes whose taint evicts what runs on the node (NoExecute) at once.
+    no_execute_classes: tuple[DiagnosisClass, ...] = ()
+    condition_type: str = "C4Healthy"
+
+    @field_validator("job_label", "taint_key", "condition_type")
+    @classmethod
+    def _qualified(cls, value: str) -> str:
+        if not QUALIFIED.match(value) or len(value) > 316:
+            message = f"{value!r} is not a Kubernetes qualified name (prefix/name)"
+            raise ValueError(message)
+        return value
+
+    def effect_for(self, diagnosis_class: str) -> str:
+        """The taint's effect for a diagnosis class."""
+        return "NoExecute" if diagnosis_class in self.no_execute_classes else self.taint_effect
 
 
 class WorkerConfig(_Frozen):

@@ -16,10 +16,11 @@ from collections.abc import Callable
 
 from pydantic import JsonValue
 
-from actions.config import Backoff, Scheduler, WorkerConfig
-from actions.executors import Context, DeadLetterSink, Executor, IsolateExecutor, step_letter
+from actions.config import Scheduler, WorkerConfig
+from actions.executors import Context, DeadLetterSink, IsolateExecutor
 from actions.outcome import Reason, Result, done, failed, skipped
 from actions.policy import Step
+from actions.scheduler_steps import SchedulerStep, node_of, scheduler_failure
 from actions.slurm import (
     MARK_PREFIX,
     Answer,
@@ -33,42 +34,15 @@ from actions.state.model import TransitionRequest
 from actions.state.protocols import ComponentStates
 from schemas.messages import Diagnosis
 
-# The parts of a node a drain takes out with it: the node itself, its GPUs, its ports.
-NODE_PARTS = frozenset({"node", "gpu", "port"})
 
+class _SlurmStep(SchedulerStep):
+    """What both Slurm executors share: the driver, and Slurm itself."""
 
-def node_of(kind: str, target: str) -> str | None:
-    """The node that holds a part (``node-001/gpu3`` -> ``node-001``); None for links and
-    switches, which no scheduler drains."""
-    if kind not in NODE_PARTS:
-        return None
-    return target.split("/", 1)[0]
-
-
-def slurm_failure(error: SlurmError, **detail: JsonValue) -> Result:
-    """A Slurm command's failure as a step result."""
-    if error.retryable:
-        return failed(Reason.SCHEDULER_UNAVAILABLE, str(error), True, **detail)
-    return failed(Reason.SCHEDULER_REJECTED, str(error), False, **detail)
-
-
-class _SlurmStep(Executor):
-    """What both Slurm executors share: the retry policy and the dead letter at the end."""
+    driver = "slurm"
 
     def __init__(self, slurm: Slurm, scheduler: Scheduler, dead_letter: DeadLetterSink) -> None:
+        super().__init__(scheduler, dead_letter)
         self._slurm = slurm
-        self._scheduler = scheduler
-        self._dead_letter = dead_letter
-
-    def retry_for(self, step: Step) -> Backoff | None:
-        del step
-        return self._scheduler.retry
-
-    def give_up(self, step: Step, result: Result, context: Context) -> None:
-        if result.reason not in (Reason.SCHEDULER_UNAVAILABLE, Reason.SCHEDULER_REJECTED):
-            return
-        commands = "\n".join(self.preview(step, context.diagnosis))
-        self._dead_letter(step_letter(f"slurm:{self.name}", context, result, commands), step.target)
 
 
 class SlurmIsolateExecutor(_SlurmStep):
@@ -97,7 +71,7 @@ class SlurmIsolateExecutor(_SlurmStep):
         try:
             answer = self._slurm.drain(node, reason)
         except SlurmError as error:
-            return slurm_failure(error, node=node)
+            return scheduler_failure(error, node=node)
         self._checkpoint("slurm_drained")  # a test's crash point: drained, not recorded
         # "held": a person drained the node already; it is out of service all the same.
         return recorded.with_detail(node=node, slurm=answer.value)
@@ -157,7 +131,7 @@ class SlurmRestartExecutor(_SlurmStep):
                 job, diagnosis, self._excluded(step), lambda: self._checkpoint("slurm_requeued")
             )
         except SlurmError as error:
-            return slurm_failure(error, job=job)
+            return scheduler_failure(error, job=job)
         if answer is Answer.ENDED:
             return skipped(Reason.JOB_ENDED, f"Slurm job {job} is over: nothing to requeue")
         excluded: list[JsonValue] = list(self._excluded(step))

@@ -24,10 +24,13 @@ from confluent_kafka import Message
 from actions.config import WorkerConfig
 from actions.executors import (
     AlertExecutor,
+    DeadLetterSink,
     Executor,
     IsolateExecutor,
     RestartExecutor,
 )
+from actions.kube import Kube
+from actions.kube_executors import KubeIsolateExecutor, KubeRestartExecutor
 from actions.launcher import JobLauncher
 from actions.metrics import ActionMetrics
 from actions.pipeline import Busy, Pipeline
@@ -99,30 +102,45 @@ def build_executors(
         transport.publish(job)
         transport.flush()
 
-    def publish_dead_letter(letter: Deadletter, key: str) -> None:
-        transport.publish(letter, key=key)
-        transport.flush()
-        metrics.deadletters.labels("webhook").inc()
+    def letters_of(source: str) -> DeadLetterSink:
+        """Publish a step's dead letter and count it under its source."""
+
+        def publish(letter: Deadletter, key: str) -> None:
+            transport.publish(letter, key=key)
+            transport.flush()
+            metrics.deadletters.labels(source).inc()
+
+        return publish
+
+    publish_dead_letter = letters_of("webhook")
+    publish_scheduler_letter = letters_of("slurm")
+    publish_kube_letter = letters_of("kubernetes")
 
     def plan_saved(max_util: float, routes: int) -> None:
         metrics.plan_max_util.set(max_util)
         metrics.routes.inc(routes)
 
-    def publish_scheduler_letter(letter: Deadletter, key: str) -> None:
-        transport.publish(letter, key=key)
-        transport.flush()
-        metrics.deadletters.labels("slurm").inc()
 
     # The plan in force lives under the cluster state's prefix, beside what it is made from.
     plans = PlanStore(state.client, f"{state.keys.prefix}:plan:")
     launcher = JobLauncher(config.launcher)
     scheduler = config.scheduler
-    if scheduler.kind == "slurm":
+    if scheduler.kind == "kubernetes":
+        from actions.kube_api import ClientApi  # the Kubernetes client, only when driven
+
+        kube = Kube(ClientApi(scheduler.kubeconfig, scheduler.command_timeout_s), scheduler)
+        isolate: Executor = KubeIsolateExecutor(
+            state.components, config, kube, publish_kube_letter, checkpoint
+        )
+        restart: Executor = KubeRestartExecutor(
+            state.jobs, state.jobs, config, kube, publish_kube_letter, checkpoint
+        )
+    elif scheduler.kind == "slurm":
         slurm = Slurm(CommandRunner(scheduler.slurm_conf, scheduler.command_timeout_s))
-        isolate: Executor = SlurmIsolateExecutor(
+        isolate = SlurmIsolateExecutor(
             state.components, config, slurm, publish_scheduler_letter, checkpoint
         )
-        restart: Executor = SlurmRestartExecutor(
+        restart = SlurmRestartExecutor(
             config, slurm, publish_scheduler_letter, checkpoint
         )
     else:

@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     # The local Slurm cluster (`c4 stack up --slurm`): slurmctld's port, then one per slurmd.
     stack_slurm_port: int = Field(default=16817, ge=1, le=65000)
     stack_slurm_nodes: int = Field(default=4, ge=1, le=64)
+    # The local Kubernetes API server (`c4 stack up --kube`): its secure port, and etcd's
+    # client port (its peer port is the next one).
+    stack_kube_port: int = Field(default=6443, ge=1, le=65535)
+    stack_etcd_port: int = Field(default=2379, ge=1, le=65534)
 
     def kafka_client_config(self) -> dict[str, Any]:
         """librdkafka configuration shared by every producer, consumer and admin client."""

@@ -12,11 +12,13 @@ import orjson
 from pydantic import JsonValue
 
 from actions import ActionsError
-from actions.config import ConfigError, load_config
+from actions.config import ConfigError, Scheduler, load_config
+from actions.kube import Answer as KubeAnswer
+from actions.kube import Kube, KubeError
 from actions.plan_store import PlanStore
 from actions.reroute_executor import give_back
+from actions.scheduler_steps import node_of
 from actions.slurm import Answer, CommandRunner, Slurm, SlurmError
-from actions.slurm_executors import node_of
 from actions.state.store import RedisState
 from actions.transport import Outbox
 from c4 import C4Error
@@ -101,8 +103,8 @@ def _show(args: argparse.Namespace, state: RedisState, settings: Settings) -> in
 
 
 def _resume_in_scheduler(config_path: str, kind: str, ident: str) -> dict[str, JsonValue]:
-    """Resume the part's node in the scheduler the actions worker drives, where c4 drained
-    it for this part; a node a person drained stays drained."""
+    """Give the part's node back in the scheduler the actions worker drives, where c4 took
+    it out for this part; a node a person drained or cordoned stays so."""
     try:
         config = load_config(config_path)
     except ConfigError as error:
@@ -110,7 +112,11 @@ def _resume_in_scheduler(config_path: str, kind: str, ident: str) -> dict[str, J
         raise StateCommandError(message) from None
     scheduler = config.scheduler
     node = node_of(kind, ident)
-    if scheduler.kind != "slurm" or node is None:
+    if node is None:
+        return {}
+    if scheduler.kind == "kubernetes":
+        return _release_in_kubernetes(scheduler, node, ident)
+    if scheduler.kind != "slurm":
         return {}
     slurm = Slurm(CommandRunner(scheduler.slurm_conf, scheduler.command_timeout_s))
     try:
@@ -126,6 +132,29 @@ def _resume_in_scheduler(config_path: str, kind: str, ident: str) -> dict[str, J
     }
     print(said.get(answer, f"slurm: {node}: {answer.value}"))
     return {"slurm": answer.value, "node": node}
+
+
+def _release_in_kubernetes(scheduler: Scheduler, node: str, ident: str) -> dict[str, JsonValue]:
+    """Remove c4's taint, condition and cordon of the part's node (only c4's)."""
+    from actions.kube_api import ClientApi  # the Kubernetes client: imported when used
+
+    try:
+        api = ClientApi(scheduler.kubeconfig, scheduler.command_timeout_s)
+        try:
+            answer = Kube(api, scheduler).release(node, ident)
+        finally:
+            api.close()
+    except KubeError as error:
+        message = f"released in Redis (audited), but c4's marks stay on {node}: {error}"
+        raise StateCommandError(message) from None
+    said = {
+        KubeAnswer.DONE: f"kubernetes: c4's taint and condition removed from {node}"
+        " (uncordoned unless a person cordoned it)",
+        KubeAnswer.NOT_ISOLATED: f"kubernetes: {node} had no mark of c4",
+        KubeAnswer.KEPT: f"kubernetes: {node} stays cordoned: c4 isolated another part of it",
+    }
+    print(said.get(answer, f"kubernetes: {node}: {answer.value}"))
+    return {"kubernetes": answer.value, "node": node}
 
 
 def _release(args: argparse.Namespace, state: RedisState, settings: Settings) -> int:

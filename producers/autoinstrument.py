@@ -303,6 +303,7 @@ def member_message(identity: LaunchIdentity, gpu: int | None, gpu_uuid: str | No
             port=identity.port,
             restart=identity.restart,
             job_nodes=identity.job_nodes,
+            pod=identity.pod,
         )
     except ValidationError as error:
         first = error.errors(include_url=False)[0]

@@ -2,7 +2,8 @@
 
 `c4 run` turns its options into ``C4_*`` variables (`EXPLICIT`); they win over what Slurm
 (``SLURM_JOB_ID``, ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS``,
-``SLURMD_NODENAME``, ``SLURM_RESTART_COUNT``, ``SLURM_JOB_NODELIST``) and torchrun
+``SLURMD_NODENAME``, ``SLURM_RESTART_COUNT``, ``SLURM_JOB_NODELIST``), Kubernetes' downward
+API (``NODE_NAME``, ``POD_NAME``, ``POD_NAMESPACE``, as c4's manifests set them) and torchrun
 (``TORCHELASTIC_RUN_ID``, ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 ``TORCHELASTIC_RESTART_COUNT``) say, and torchrun wins over Slurm (it runs inside the Slurm
 task). Once the process group is up, the rank and world size torch.distributed reports
@@ -58,6 +59,7 @@ class LaunchIdentity:
     restart: int
     job_nodes: tuple[str, ...] | None
     port: str | None
+    pod: str | None = None  # Kubernetes: namespace/name
     explicit: frozenset[str] = frozenset()  # the fields given by C4_* variables
 
     def in_group(self, rank: int, world_size: int) -> tuple[LaunchIdentity, list[str]]:
@@ -100,7 +102,7 @@ def resolve_identity(env: Mapping[str, str], hostname: str) -> LaunchIdentity:
         message = f"world size {world_size} is not positive"
         raise LaunchSettingError(message)
     host = hostname.strip() or "localhost"
-    node = _first(env, EXPLICIT["node"], "SLURMD_NODENAME") or host
+    node = _first(env, EXPLICIT["node"], "SLURMD_NODENAME", "NODE_NAME") or host
     return LaunchIdentity(
         job=job,
         rank=rank,
@@ -111,8 +113,17 @@ def resolve_identity(env: Mapping[str, str], hostname: str) -> LaunchIdentity:
         restart=_restart(env),
         job_nodes=_job_nodes(env),
         port=port_of(env),
+        pod=_pod(env),
         explicit=explicit,
     )
+
+
+def _pod(env: Mapping[str, str]) -> str | None:
+    """``namespace/name`` of the rank's pod from the downward API; None outside a pod."""
+    name = _first(env, "POD_NAME")
+    if name is None:
+        return None
+    return f"{_first(env, 'POD_NAMESPACE') or 'default'}/{name}"
 
 
 def _restart(env: Mapping[str, str]) -> int:

@@ -301,6 +301,7 @@ class RankPlace(C4Model):
     node: Id
     gpu: NonNegInt | None = None
     port: Id | None = None
+    pod: Id | None = None  # Kubernetes: the rank's pod, ``namespace/name``
 
 
 class Job(C4Model):
@@ -455,6 +456,7 @@ class Member(C4Model):
     port: Id | None = None
     restart: NonNegInt = 0
     job_nodes: tuple[Id, ...] | None = Field(default=None, max_length=MAX_JOB_NODES)
+    pod: Id | None = None  # Kubernetes: ``namespace/name`` from the downward API
 
     @model_validator(mode="after")
     def _check_rank(self) -> Self:
@@ -470,4 +472,6 @@ class Member(C4Model):
 
     def place(self) -> RankPlace:
         """This rank's place in the job's placement."""
-        return RankPlace(rank=self.rank, node=self.node, gpu=self.gpu, port=self.port)
+        return RankPlace(
+            rank=self.rank, node=self.node, gpu=self.gpu, port=self.port, pod=self.pod
+        )

@@ -28,6 +28,7 @@ class JobStore:
         self._keys = keys
         self._allocate = client.register_script(lua.PRELUDE + lua.ALLOCATE)
         self._record_job = client.register_script(lua.PRELUDE + lua.RECORD_JOB)
+        self._count_restart = client.register_script(lua.COUNT_RESTART)
 
     @guarded
     def record(self, job: Job) -> bool:
@@ -40,8 +41,7 @@ class JobStore:
             job.job,
         ]
         for place in job.ranks:
-            gpu = "" if place.gpu is None else str(place.gpu)
-            args += [str(place.rank), f"{place.node}|{gpu}|{place.port or ''}"]
+            args += [str(place.rank), _stored(place)]
         epoch = self._record_job(
             keys=[keys.job(job.job), keys.job_ranks(job.job), keys.jobs], args=args
         )
@@ -75,12 +75,7 @@ class JobStore:
             try:
                 ranks: list[tuple[int, dict[str, Any]]] = []
                 for rank, value in answers[2 * i + 1].items():
-                    node, gpu, port = text(value).split("|", 2)
-                    place: dict[str, Any] = {"rank": int(text(rank)), "node": node}
-                    if gpu:
-                        place["gpu"] = int(gpu)
-                    if port:
-                        place["port"] = port
+                    place = _loaded(int(text(rank)), text(value))
                     ranks.append((place["rank"], place))
                 ranks.sort(key=lambda item: item[0])
                 # One validation of the whole message (the places are checked inside it).
@@ -126,6 +121,20 @@ class JobStore:
                 "comms": comms,
             }
         )
+
+    @guarded
+    def counted_for(self, job: str, diagnosis: str) -> bool:
+        """Whether a restart of the job was counted for the diagnosis."""
+        return bool(self._client.sismember(self._keys.job_restarted_for(job), diagnosis))
+
+    @guarded
+    def count_restart(self, job: str, diagnosis: str, max_restarts: int) -> tuple[str, int]:
+        """Count a scheduler's restart of the job for a diagnosis, once however often it is
+        asked (a retry after a crash), unless ``max_restarts`` are reached: the script's
+        answer (counted, again, limit, unknown_job) and the count after it."""
+        keys = [self._keys.job_restarted_for(job), self._keys.job(job)]
+        answer, count = self._count_restart(keys=keys, args=[diagnosis, max_restarts])
+        return text(answer), int(text(count))
 
     @guarded
     def on_node(self, node: str) -> list[str]:
@@ -195,13 +204,32 @@ class JobStore:
         return jobs
 
 
+def _stored(place: RankPlace) -> str:
+    """A rank's place as the ranks hash holds it: ``node|gpu|port`` and ``|pod`` when known
+    (a place without a pod is stored as before)."""
+    gpu = "" if place.gpu is None else str(place.gpu)
+    stored = f"{place.node}|{gpu}|{place.port or ''}"
+    return f"{stored}|{place.pod}" if place.pod else stored
+
+
+def _loaded(rank: int, value: str) -> dict[str, Any]:
+    """A stored place as the fields of a `RankPlace` (a port never holds ``|``)."""
+    node, gpu, rest = value.split("|", 2)
+    port, _, pod = rest.partition("|")
+    place: dict[str, Any] = {"rank": rank, "node": node}
+    if gpu:
+        place["gpu"] = int(gpu)
+    if port:
+        place["port"] = port
+    if pod:
+        place["pod"] = pod
+    return place
+
+
 def _places(ranks: dict[Any, Any]) -> dict[int, RankPlace]:
-    """A job's ranks hash (rank -> ``node|gpu|port``) as places."""
+    """A job's ranks hash (rank -> ``node|gpu|port[|pod]``) as places."""
     places: dict[int, RankPlace] = {}
     for rank, value in ranks.items():
-        node, gpu, port = text(value).split("|", 2)
         number = int(text(rank))
-        places[number] = RankPlace(
-            rank=number, node=node, gpu=int(gpu) if gpu else None, port=port or None
-        )
+        places[number] = RankPlace.model_validate(_loaded(number, text(value)))
     return places

@@ -49,6 +49,10 @@ class Keys:
         """Hash of a job's placement: global rank -> ``node|gpu|port``."""
         return f"{self.prefix}:job:{job}:ranks"
 
+    def job_restarted_for(self, job: str) -> str:
+        """The diagnoses a scheduler restarted the job for (a set: each counted once)."""
+        return f"{self.prefix}:job:{job}:restarted-for"
+
     def job_suspects(self, job: str) -> str:
         """Sorted set: a job's recently suspected nodes, scored by wall-clock ms."""
         return f"{self.prefix}:job:{job}:suspects"

@@ -85,6 +85,17 @@ class Allocations(Protocol):
         """The job's recorded placement as a v1 job message; `StateError` when unknown."""
 
 
+class RestartCounts(Protocol):
+    """A job's restarts as a scheduler driver counts them (Kubernetes)."""
+
+    def counted_for(self, job: str, diagnosis: str) -> bool:
+        """Whether a restart was counted for the diagnosis."""
+
+    def count_restart(self, job: str, diagnosis: str, max_restarts: int) -> tuple[str, int]:
+        """Count one restart for a diagnosis (once, under the limit): the answer (counted,
+        again, limit, unknown_job) and the count."""
+
+
 class NodeJobs(Protocol):
     """Which jobs run on a node (adding a spare)."""
 

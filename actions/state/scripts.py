@@ -214,3 +214,17 @@ redis.call('HSETNX', KEYS[1], 'restarts', 0)
 redis.call('SADD', KEYS[3], ARGV[4])
 return redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 """
+
+# A scheduler's restart of a job, counted once per diagnosis, held to a limit.
+# KEYS: 1 the job's restarted-for set, 2 the job's hash. ARGV: 1 diagnosis, 2 max restarts.
+# Returns {answer, count}: 'counted' (a new restart), 'again' (counted for this diagnosis
+# before: a retry), 'limit' (not counted: the limit is reached), 'unknown_job' (no recorded
+# placement: a count alone would make the job look recorded).
+COUNT_RESTART = r"""
+if redis.call('EXISTS', KEYS[2]) == 0 then return {'unknown_job', '0'} end
+local count = tonumber(redis.call('HGET', KEYS[2], 'restarts') or '0')
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return {'again', tostring(count)} end
+if count >= tonumber(ARGV[2]) then return {'limit', tostring(count)} end
+redis.call('SADD', KEYS[1], ARGV[1])
+return {'counted', tostring(redis.call('HINCRBY', KEYS[2], 'restarts', 1))}
+"""

@@ -6,10 +6,11 @@ Both run detached on 127.0.0.1 with their data, log and pid file in a run folder
 process whose pid file we wrote and whose command line is still the one we started.
 
 With ``up --slurm`` a local Slurm cluster joins them (`slurm`: munged, slurmctld, one slurmd
-per node name); ``down`` stops it too when it runs.
+per node name), with ``up --kube`` a Kubernetes API server (`kube`: etcd and kube-apiserver);
+``down`` stops them too when they run.
 
 One module per job: `maven` (the jars), `kafka` (broker and SASL configuration, start, probe),
-`redis`, `slurm`, `supervise` (pid files, spawning, locks, waiting), `control` (up, down,
+`redis`, `slurm`, `kube`, `supervise` (pid files, spawning, locks, waiting), `control` (up, down,
 status, kill of Kafka and Redis). This module is the ``c4 stack`` command and re-exports what
 the rest of c4 uses.
 """
@@ -30,6 +31,7 @@ from c4.stack.kafka import (
     render_server_properties,
     stack_serves_sasl,
 )
+from c4.stack.kube import kube_down, kube_status, kube_up, kubeconfig_path
 from c4.stack.maven import ensure_kafka_jars, kafka_home, render_pom
 from c4.stack.slurm import slurm_conf_path, slurm_down, slurm_env, slurm_status, slurm_up
 from c4.stack.supervise import HOST, ComponentStatus, Progress, StackError, State, port_answers
@@ -47,6 +49,10 @@ __all__ = [
     "format_status",
     "kafka_home",
     "kafka_properties_path",
+    "kube_down",
+    "kube_status",
+    "kube_up",
+    "kubeconfig_path",
     "new_cluster_id",
     "port_answers",
     "register",
@@ -75,6 +81,10 @@ def _slurm_running(settings: Settings) -> bool:
     return any(status.state == "running" for status in slurm_status(settings))
 
 
+def _kube_running(settings: Settings) -> bool:
+    return any(status.state == "running" for status in kube_status(settings))
+
+
 def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -85,18 +95,23 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         statuses = stack_up(settings, progress=_progress)
         if args.slurm:
             statuses += slurm_up(settings, progress=_progress)
+        if args.kube:
+            statuses += kube_up(settings, progress=_progress)
         for status in statuses:
             print(format_status(status))
         print(f"stack up in {time.monotonic() - began:.1f} s")
         if args.slurm:
             print(f"export SLURM_CONF={slurm_conf_path(settings)}")
+        if args.kube:
+            print(f"export KUBECONFIG={kubeconfig_path(settings)}")
         return 0
     if args.action == "down":
         stopped = slurm_down(settings) if _slurm_running(settings) else []
+        stopped += kube_down(settings) if _kube_running(settings) else []
         for status in [*stack_down(settings), *stopped]:
             print(format_status(status))
         return 0
-    for status in [*stack_status(settings), *slurm_status(settings)]:
+    for status in [*stack_status(settings), *slurm_status(settings), *kube_status(settings)]:
         if args.json:
             print(json.dumps(dataclasses.asdict(status), sort_keys=True))
         else:
@@ -116,7 +131,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="also a local Slurm cluster: munged, slurmctld, one slurmd per node (root only)",
     )
+    up.add_argument(
+        "--kube",
+        "--k8s",
+        dest="kube",
+        action="store_true",
+        help="also a Kubernetes API server: etcd and kube-apiserver (prints its KUBECONFIG)",
+    )
     actions.add_parser("down", help="stop the Kafka and Redis that up started")
     status = actions.add_parser("status", help="what runs on the stack's ports")
     status.add_argument("--json", action="store_true", help="one JSON object per component")
-    parser.set_defaults(handler=_run, json=False, slurm=False)
+    parser.set_defaults(handler=_run, json=False, slurm=False, kube=False)

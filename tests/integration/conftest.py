@@ -12,7 +12,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from c4.settings import Settings
-from c4.stack import StackError
+from c4.stack import StackError, kube_down, kube_status, kube_up
 from c4.stack.slurm import slurm_down, slurm_status, slurm_up
 from tests.integration.actions_harness import Cluster, HttpReceiver
 from tests.integration.private_stack import PrivateStack
@@ -65,6 +65,36 @@ def slurm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         stopped = slurm_down(made)
         assert {s.state for s in stopped} <= {"stopped"}
         assert all(s.state == "stopped" for s in slurm_status(made))
+
+
+KUBE_PORT = 16443  # kube-apiserver's secure port
+ETCD_PORT = 12379  # etcd's client port; its peer port is the next one
+
+
+@pytest.fixture(scope="session")
+def kube_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """A real Kubernetes API server (etcd and kube-apiserver) for the session, on ports of its
+    own, stopped at the end. A missing etcd is installed; a server that does not come up
+    fails the tests that need it (never a skip). `c4.stack.kubeconfig_path` gives a client
+    the kubeconfig of ``admin`` or ``c4-actions``."""
+    made = Settings(
+        stack_dir=tmp_path_factory.mktemp("kube-stack"),
+        stack_kube_port=KUBE_PORT,
+        stack_etcd_port=ETCD_PORT,
+    )
+    try:
+        try:
+            first = kube_up(made)
+        except StackError as error:
+            pytest.fail(f"the local Kubernetes API server did not come up: {error}")
+        again = kube_up(made)  # idempotent: the same processes, nothing started twice
+        assert [s.pid for s in again] == [s.pid for s in first]
+        assert {s.detail for s in again} == {"already running"}
+        yield made
+    finally:
+        stopped = kube_down(made)
+        assert {s.state for s in stopped} <= {"stopped"}
+        assert all(s.state == "stopped" for s in kube_status(made))
 
 
 @pytest.fixture

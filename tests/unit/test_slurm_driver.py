@@ -11,6 +11,7 @@ from actions.config import parse_config
 from actions.executors import Context
 from actions.outcome import Reason, Result
 from actions.policy import Step
+from actions.scheduler_steps import node_of
 from actions.slurm import (
     MAX_REASON,
     NodeInfo,
@@ -21,7 +22,7 @@ from actions.slurm import (
     drained_for,
     parse_job,
 )
-from actions.slurm_executors import SlurmIsolateExecutor, SlurmRestartExecutor, node_of
+from actions.slurm_executors import SlurmIsolateExecutor, SlurmRestartExecutor
 from actions.state.model import Claim
 from schemas.files import Topology
 from tests.unit.test_actions_pipeline import diagnosis
