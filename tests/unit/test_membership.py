@@ -239,3 +239,15 @@ def test_a_first_runs_reports_from_before_its_first_member_report_are_kept() -> 
     assert early
     _, engine = engine_findings([*members, *early])
     assert engine.jobs["job-1"].comms  # taken, not dropped as a replaced run's
+
+
+def test_ranks_in_pods_give_a_placement_that_names_each_ranks_pod() -> None:
+    book = MembershipBook()
+    published: list[object] = []
+    for rank in range(8):
+        published += book.ingest(member(rank, pod=f"train/llm-worker-{rank}"))
+    (job,) = published
+    assert isinstance(job, Job)
+    assert [place.pod for place in job.ranks] == [f"train/llm-worker-{r}" for r in range(8)]
+    # On the wire as the contract says, and read back by a consumer unchanged.
+    assert decode(job.model_dump_json(by_alias=True).encode(), "job") == job
