@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from actions import ActionsError
+from actions import SchedulerError
 from actions.config import Scheduler
 
 log = logging.getLogger("c4.actions.kube")
@@ -45,12 +45,8 @@ MAX_MESSAGE = 1000
 _SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
 
 
-class KubeError(ActionsError):
+class KubeError(SchedulerError):
     """A Kubernetes API request failed; ``retryable`` when the server could not answer."""
-
-    def __init__(self, message: str, *, retryable: bool) -> None:
-        super().__init__(message)
-        self.retryable = retryable
 
 
 class Answer(StrEnum):

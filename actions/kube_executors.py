@@ -19,11 +19,11 @@ from collections.abc import Callable
 from pydantic import JsonValue
 
 from actions.config import WorkerConfig
-from actions.executors import Context, DeadLetterSink, IsolateExecutor
+from actions.executors import Context, DeadLetterSink
 from actions.kube import Kube, KubeError
 from actions.outcome import Reason, Result, done, failed, skipped
 from actions.policy import Step
-from actions.scheduler_steps import SchedulerStep, node_of, scheduler_failure
+from actions.scheduler_steps import NodeIsolateStep, SchedulerStep, node_of, scheduler_failure
 from actions.state import StateError
 from actions.state.protocols import ComponentStates, Placements, RestartCounts
 from schemas.messages import Diagnosis
@@ -39,10 +39,11 @@ class _KubeStep(SchedulerStep):
         self._kube = kube
 
 
-class KubeIsolateExecutor(_KubeStep):
+class KubeIsolateExecutor(NodeIsolateStep):
     """The cluster state's isolation, then c4's marks on the part's node."""
 
-    name = "isolate"
+    driver = "kubernetes"
+    taken_out = "kube_marked"
 
     def __init__(
         self,
@@ -52,23 +53,12 @@ class KubeIsolateExecutor(_KubeStep):
         dead_letter: DeadLetterSink,
         checkpoint: Callable[[str], None] = lambda name: None,
     ) -> None:
-        super().__init__(kube, config, dead_letter)
-        self._state = IsolateExecutor(components, config)
-        self._checkpoint = checkpoint
+        super().__init__(components, config, dead_letter, checkpoint)
+        self._kube = kube
 
-    def execute(self, step: Step, context: Context) -> Result:
-        recorded = self._state.execute(step, context)
-        node = node_of(step.kind, step.target)
-        if recorded.status != "done" or node is None:
-            return recorded
+    def take_out(self, node: str, step: Step, context: Context) -> str:
         diagnosis = context.diagnosis
-        try:
-            answer = self._kube.isolate(node, step.target, diagnosis.id, diagnosis.class_)
-        except KubeError as error:
-            return scheduler_failure(error, node=node)
-        self._checkpoint("kube_marked")  # a test's crash point: marked, not recorded
-        # "held": a person cordoned the node already; c4's taint and condition say why.
-        return recorded.with_detail(node=node, kubernetes=answer.value)
+        return self._kube.isolate(node, step.target, diagnosis.id, diagnosis.class_).value
 
     def preview(self, step: Step, diagnosis: Diagnosis) -> list[str]:
         node = node_of(step.kind, step.target)

@@ -3,23 +3,21 @@ retry policy, a scheduler's failure as a step result and the dead letter at the 
 
 from __future__ import annotations
 
-from typing import Protocol
+import abc
+from collections.abc import Callable
+from typing import ClassVar
 
 from pydantic import JsonValue
 
-from actions.config import Backoff, Scheduler
-from actions.executors import Context, DeadLetterSink, Executor, step_letter
+from actions import SchedulerError
+from actions.config import Backoff, Scheduler, WorkerConfig
+from actions.executors import Context, DeadLetterSink, Executor, IsolateExecutor, step_letter
 from actions.outcome import Reason, Result, failed
 from actions.policy import Step
+from actions.state.protocols import ComponentStates
 
 # The parts of a node a drain or cordon takes out with it: the node itself, its GPUs, ports.
 NODE_PARTS = frozenset({"node", "gpu", "port"})
-
-
-class SchedulerFailure(Protocol):
-    """A scheduler driver's error: its text, and whether trying again may help."""
-
-    retryable: bool
 
 
 def node_of(kind: str, target: str) -> str | None:
@@ -30,7 +28,7 @@ def node_of(kind: str, target: str) -> str | None:
     return target.split("/", 1)[0]
 
 
-def scheduler_failure(error: SchedulerFailure, **detail: JsonValue) -> Result:
+def scheduler_failure(error: SchedulerError, **detail: JsonValue) -> Result:
     """A scheduler command's failure as a step result."""
     if error.retryable:
         return failed(Reason.SCHEDULER_UNAVAILABLE, str(error), True, **detail)
@@ -57,3 +55,41 @@ class SchedulerStep(Executor):
         commands = "\n".join(self.preview(step, context.diagnosis))
         letter = step_letter(f"{self.driver}:{self.name}", context, result, commands)
         self._dead_letter(letter, step.target)
+
+
+class NodeIsolateStep(SchedulerStep):
+    """The cluster state's isolation, then the scheduler takes the part's node out of
+    service (`take_out`); a refused transition takes nothing out, and a link or a switch
+    is the state's alone."""
+
+    name = "isolate"
+    taken_out: ClassVar[str] = "taken_out"  # a test's crash point once the node is out
+
+    def __init__(
+        self,
+        components: ComponentStates,
+        config: WorkerConfig,
+        dead_letter: DeadLetterSink,
+        checkpoint: Callable[[str], None] = lambda name: None,
+    ) -> None:
+        super().__init__(config.scheduler, dead_letter)
+        self._state = IsolateExecutor(components, config)
+        self._checkpoint = checkpoint
+
+    @abc.abstractmethod
+    def take_out(self, node: str, step: Step, context: Context) -> str:
+        """Take the node out in the scheduler, checked against its state; the answer."""
+
+    def execute(self, step: Step, context: Context) -> Result:
+        recorded = self._state.execute(step, context)
+        node = node_of(step.kind, step.target)
+        if recorded.status != "done" or node is None:
+            return recorded
+        try:
+            answer = self.take_out(node, step, context)
+        except SchedulerError as error:
+            return scheduler_failure(error, node=node)
+        self._checkpoint(self.taken_out)  # a test's crash point: out, not recorded
+        # "held": a person took the node out already; it is out of service all the same.
+        return recorded.with_detail(node=node, **{self.driver: answer})
+

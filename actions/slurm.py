@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from actions import ActionsError
+from actions import SchedulerError
 
 log = logging.getLogger("c4.actions.slurm")
 
@@ -50,12 +50,8 @@ ENDED_STATES = frozenset(
 _FIELD = re.compile(r"(\w+)=(\S*)")
 
 
-class SlurmError(ActionsError):
+class SlurmError(SchedulerError):
     """A Slurm command failed; ``retryable`` when the controller could not be reached."""
-
-    def __init__(self, message: str, *, retryable: bool) -> None:
-        super().__init__(message)
-        self.retryable = retryable
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pydantic import JsonValue
 
 from actions.config import Scheduler, WorkerConfig
-from actions.executors import Context, DeadLetterSink, IsolateExecutor
+from actions.executors import Context, DeadLetterSink
 from actions.outcome import Reason, Result, done, failed, skipped
 from actions.policy import Step
-from actions.scheduler_steps import SchedulerStep, node_of, scheduler_failure
+from actions.scheduler_steps import NodeIsolateStep, SchedulerStep, node_of, scheduler_failure
 from actions.slurm import (
     MARK_PREFIX,
     Answer,
@@ -45,10 +45,11 @@ class _SlurmStep(SchedulerStep):
         self._slurm = slurm
 
 
-class SlurmIsolateExecutor(_SlurmStep):
+class SlurmIsolateExecutor(NodeIsolateStep):
     """The cluster state's isolation, then a drain of the part's node in Slurm."""
 
-    name = "isolate"
+    driver = "slurm"
+    taken_out = "slurm_drained"
 
     def __init__(
         self,
@@ -58,23 +59,14 @@ class SlurmIsolateExecutor(_SlurmStep):
         dead_letter: DeadLetterSink,
         checkpoint: Callable[[str], None] = lambda name: None,
     ) -> None:
-        super().__init__(slurm, config.scheduler, dead_letter)
-        self._state = IsolateExecutor(components, config)
-        self._checkpoint = checkpoint
+        super().__init__(components, config, dead_letter, checkpoint)
+        self._slurm = slurm
 
-    def execute(self, step: Step, context: Context) -> Result:
-        recorded = self._state.execute(step, context)
-        node = node_of(step.kind, step.target)
-        if recorded.status != "done" or node is None:
-            return recorded
-        reason = drain_reason(context.diagnosis.id, context.diagnosis.class_, step.target)
-        try:
-            answer = self._slurm.drain(node, reason)
-        except SlurmError as error:
-            return scheduler_failure(error, node=node)
-        self._checkpoint("slurm_drained")  # a test's crash point: drained, not recorded
-        # "held": a person drained the node already; it is out of service all the same.
-        return recorded.with_detail(node=node, slurm=answer.value)
+    def take_out(self, node: str, step: Step, context: Context) -> str:
+        diagnosis = context.diagnosis
+        return self._slurm.drain(
+            node, drain_reason(diagnosis.id, diagnosis.class_, step.target)
+        ).value
 
     def preview(self, step: Step, diagnosis: Diagnosis) -> list[str]:
         node = node_of(step.kind, step.target)

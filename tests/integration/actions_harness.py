@@ -324,3 +324,17 @@ def diagnosis(
         "suspects": [{"type": t, "id": i, "score": s} for t, i, s in suspects],
         "evidence": {"comm": "c0", "seq": 1001, "waiting_ranks": 14},
     }
+
+
+def state_release(
+    cluster: Cluster, config_path: Path, ident: str
+) -> subprocess.CompletedProcess[str]:
+    """``c4 state release ID --config FILE``, as an operator runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "c4.cli", "state", "release", ident, "--config", str(config_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **cluster.env(), "PYTHONPATH": str(REPO)},
+        timeout=60,
+        check=False,
+    )

@@ -8,11 +8,9 @@ runs as the static user ``c4-actions`` with only the ClusterRole of
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +30,7 @@ from tests.integration.actions_harness import (
     Cluster,
     WorkerProcess,
     diagnosis,
+    state_release,
     wait_for,
 )
 
@@ -317,17 +316,6 @@ def test_killed_mid_action_still_one_set_of_marks_and_one_deletion(
     assert cluster.state.jobs.info(job)["restarts"] == "1"
 
 
-def release(cluster: Cluster, config_path: Path, ident: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "c4.cli", "state", "release", ident, "--config", str(config_path)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **cluster.env(), "PYTHONPATH": str(REPO)},
-        timeout=60,
-        check=False,
-    )
-
-
 def test_release_removes_only_c4s_marks_and_a_persons_cordon_survives(
     cluster: Cluster, admin: Admin, nodes: str, kube_stack: Settings, tmp_path: Path
 ) -> None:
@@ -351,10 +339,10 @@ def test_release_removes_only_c4s_marks_and_a_persons_cordon_survives(
     for name in ("node-002", "node-003"):
         cordoned, taints, conditions = c4_marks(admin.node(name))
         assert cordoned and len(taints) == 1 and len(conditions) == 1
-    mine = release(cluster, config_path, "node-002")
+    mine = state_release(cluster, config_path, "node-002")
     assert mine.returncode == 0, mine.stderr
     assert "kubernetes: c4's taint and condition removed from node-002" in mine.stdout
-    theirs = release(cluster, config_path, "node-003")
+    theirs = state_release(cluster, config_path, "node-003")
     assert theirs.returncode == 0, theirs.stderr
     assert c4_marks(admin.node("node-002")) == (False, [], [])
     # c4's taint and condition gone from node-003, the person's cordon still there.
@@ -362,7 +350,7 @@ def test_release_removes_only_c4s_marks_and_a_persons_cordon_survives(
     for name in ("node-002", "node-003"):
         annotations = admin.node(name)["metadata"].get("annotations") or {}
         assert ISOLATED not in annotations and CORDONED not in annotations
-    again = release(cluster, config_path, "node-002")
+    again = state_release(cluster, config_path, "node-002")
     assert again.returncode == 1 and "node-002 is healthy" in again.stderr, again.stderr
     assert c4_marks(admin.node("node-002")) == (False, [], [])
 

@@ -7,10 +7,7 @@ one of its nodes drains that node with c4's reason and requeues the job once, of
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,10 +20,10 @@ from actions.worker import CRASH_ENV
 from c4.settings import Settings
 from c4.stack.slurm import slurm_conf_path
 from tests.integration.actions_harness import (
-    REPO,
     Cluster,
     WorkerProcess,
     diagnosis,
+    state_release,
     wait_for,
 )
 from tests.integration.test_slurm import clean as clean  # noqa: F401 - the fixture
@@ -132,17 +129,6 @@ def test_killed_between_drain_and_requeue_still_one_drain_and_one_requeue(
     assert drains == [f"{bad}|c4:d-s2 noncomm_hang {bad}"]
 
 
-def release(cluster: Cluster, config_path: Path, ident: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "c4.cli", "state", "release", ident, "--config", str(config_path)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **cluster.env(), "PYTHONPATH": str(REPO)},
-        timeout=60,
-        check=False,
-    )
-
-
 def test_release_resumes_c4s_drain_but_never_a_persons(
     cluster: Cluster, clean: Settings, tmp_path: Path
 ) -> None:
@@ -159,10 +145,10 @@ def test_release_resumes_c4s_drain_but_never_a_persons(
     assert driver.node("node-002").drained_by_c4 and driver.node("node-003").drained_by_c4
     # A person takes node-003 over for a disk check: their reason replaces c4's.
     run(clean, "scontrol", "update", "NodeName=node-003", "State=DRAIN", "Reason=disk check")
-    mine = release(cluster, config_path, "node-002")
+    mine = state_release(cluster, config_path, "node-002")
     assert mine.returncode == 0, mine.stderr
     assert "slurm: node-002 resumed" in mine.stdout
-    theirs = release(cluster, config_path, "node-003")
+    theirs = state_release(cluster, config_path, "node-003")
     assert theirs.returncode == 0, theirs.stderr
     assert "slurm: node-003 left drained: a person drained it" in theirs.stdout
     assert not driver.node("node-002").drained
