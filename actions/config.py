@@ -1,8 +1,10 @@
 """The action worker's configuration file (YAML or JSON), validated once at start-up.
 
 Policy (diagnosis class -> actions, thresholds, limits), retry, the restart launcher and the
-alert receivers are data. Secrets are never in the file: a receiver or launcher names the
-environment variable that holds its HMAC key (``secret_env``), read at load time.
+alert receivers (signed webhooks, Alertmanagers) are data. Secrets are never in the file: a
+receiver or launcher names the environment variable that holds its HMAC key (``secret_env``),
+an Alertmanager's bearer token (``bearer_token_env``) or password (``password_env``), read at
+load time.
 """
 
 from __future__ import annotations
@@ -104,20 +106,47 @@ class Policy(_Frozen):
         return value
 
 
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# Fields that only an Alertmanager receiver takes (a webhook is signed with secret_env instead).
+_ALERTMANAGER_ONLY = ("resend_s", "bearer_token_env", "basic_auth")
+
+
+class BasicAuth(_Frozen):
+    """HTTP basic authentication; the password comes from an environment variable."""
+
+    username: str = Field(min_length=1, pattern=r"^[^:\s]+$")
+    password_env: str = Field(pattern=ENV_NAME)
+    # Filled from password_env by load_config, never from the file.
+    password: SecretStr | None = Field(default=None, exclude=True)
+
+
 class Receiver(_Frozen):
-    """An alert webhook and the diagnoses it wants (empty filter lists match everything)."""
+    """Where alerts go, and the diagnoses it wants (empty filter lists match everything).
+
+    ``kind: webhook`` (the default): the Alertmanager webhook payload, POSTed to ``url`` and
+    signed with the key in ``secret_env``. ``kind: alertmanager``: ``url`` is the base URL of
+    an Alertmanager; its alerts are POSTed to ``<url>/api/v2/alerts``, a firing one again every
+    ``resend_s`` until its diagnosis resolves (see `actions.alertmanager_client`), with a bearer
+    token (``bearer_token_env``) or basic authentication when configured.
+    """
 
     name: str = Field(pattern=NAME)
+    kind: Literal["webhook", "alertmanager"] = "webhook"
     url: str = Field(pattern=r"^https?://\S+$")
-    secret_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    secret_env: str | None = Field(default=None, pattern=ENV_NAME)
     classes: tuple[DiagnosisClass, ...] = ()
     jobs: tuple[str, ...] = Field(default=(), description="regular expressions, full match")
     states: tuple[Literal["firing", "resolved"], ...] = ("firing", "resolved")
     min_score: float = Field(default=0.0, ge=0, le=1)
     timeout_s: float = Field(default=5.0, gt=0)
     retry: Backoff = Backoff(tries=4)
-    # Filled from secret_env by load_config, never from the file.
+    # Alertmanager only: re-post firing alerts this often (their endsAt is 4 periods ahead).
+    resend_s: float = Field(default=60.0, ge=1, le=3600)
+    bearer_token_env: str | None = Field(default=None, pattern=ENV_NAME)
+    basic_auth: BasicAuth | None = None
+    # Filled from secret_env (bearer_token_env) by load_config, never from the file.
     secret: SecretStr | None = Field(default=None, exclude=True)
+    token: SecretStr | None = Field(default=None, exclude=True)
 
     @field_validator("jobs")
     @classmethod
@@ -130,20 +159,55 @@ class Receiver(_Frozen):
                 raise ValueError(message) from None
         return value
 
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Self:
+        if self.kind == "webhook":
+            extra = [name for name in _ALERTMANAGER_ONLY if name in self.model_fields_set]
+            if extra:
+                message = f"{extra[0]} is for kind alertmanager only"
+                raise ValueError(message)
+            return self
+        if self.secret_env is not None:
+            message = (
+                "secret_env signs webhooks; an Alertmanager takes bearer_token_env or basic_auth"
+            )
+            raise ValueError(message)
+        if self.bearer_token_env is not None and self.basic_auth is not None:
+            message = "bearer_token_env and basic_auth exclude each other"
+            raise ValueError(message)
+        if "resolved" not in self.states:
+            message = (
+                "an alertmanager receiver needs state resolved:"
+                " it ends the alerts that Alertmanager is sent again until then"
+            )
+            raise ValueError(message)
+        return self
+
     def wants(self, cls_: str, job: str | None, state: str, score: float) -> bool:
-        """Whether this receiver's filter matches a diagnosis."""
+        """Whether this receiver's filter matches a diagnosis.
+
+        An Alertmanager takes every resolution of its classes and jobs whatever the score:
+        the firing alert it was sent lives until it is told that it ended.
+        """
         if self.classes and cls_ not in self.classes:
             return False
         if self.jobs and not any(re.fullmatch(p, job or "") for p in self.jobs):
             return False
+        if self.kind == "alertmanager" and state == "resolved":
+            return True
         return state in self.states and score >= self.min_score
+
+    def secrets(self) -> list[SecretStr]:
+        """The secrets resolved from the environment (to redact them from logs)."""
+        password = self.basic_auth.password if self.basic_auth else None
+        return [s for s in (self.secret, self.token, password) if s is not None]
 
 
 class WebhookLauncher(_Frozen):
     """The job launcher's restart endpoint: POST of the new placement."""
 
     url: str = Field(pattern=r"^https?://\S+$")
-    secret_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    secret_env: str | None = Field(default=None, pattern=ENV_NAME)
     timeout_s: float = Field(default=10.0, gt=0)
     secret: SecretStr | None = Field(default=None, exclude=True)
 
@@ -277,9 +341,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None) 
         message = f"{where}: {first['msg'].removeprefix('Value error, ')}"
         raise ConfigError(message) from None
     receivers = tuple(
-        receiver.model_copy(
-            update={"secret": _secret(f"receivers[{i}]", receiver.secret_env, environment)}
-        )
+        _with_secrets(f"receivers[{i}]", receiver, environment)
         for i, receiver in enumerate(config.receivers)
     )
     launcher = config.launcher
@@ -290,12 +352,26 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None) 
     return config.model_copy(update={"receivers": receivers, "launcher": launcher})
 
 
-def _secret(where: str, name: str | None, env: Mapping[str, str]) -> SecretStr | None:
+def _with_secrets(where: str, receiver: Receiver, env: Mapping[str, str]) -> Receiver:
+    update: dict[str, Any] = {
+        "secret": _secret(where, receiver.secret_env, env),
+        "token": _secret(where, receiver.bearer_token_env, env, "bearer_token_env"),
+    }
+    if receiver.basic_auth is not None:
+        auth = receiver.basic_auth
+        password = _secret(f"{where}.basic_auth", auth.password_env, env, "password_env")
+        update["basic_auth"] = auth.model_copy(update={"password": password})
+    return receiver.model_copy(update=update)
+
+
+def _secret(
+    where: str, name: str | None, env: Mapping[str, str], field: str = "secret_env"
+) -> SecretStr | None:
     if name is None:
         return None
     value = env.get(name)
     if not value:
-        message = f"{where}.secret_env: environment variable {name} is not set"
+        message = f"{where}.{field}: environment variable {name} is not set"
         raise ConfigError(message)
     return SecretStr(value)
 

@@ -1,10 +1,25 @@
-"""Prometheus metrics of an action worker (its own registry, served on 127.0.0.1)."""
+"""Prometheus metrics of an action worker (its own registry, served on 127.0.0.1 by default)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from schemas.messages import Action
+
+# The busiest links of a plan exported one series each: enough to draw the hot spots of a
+# large fabric without a series per link of it.
+PLAN_LINKS_EXPORTED = 100
+DEADLETTER_SOURCES = ("diagnosis", "job", "webhook", "slurm", "kubernetes", "alertmanager")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("c4")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 class ActionMetrics:
@@ -12,6 +27,10 @@ class ActionMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self.build = Gauge(
+            "c4_build_info", "The c4 version this worker runs", ["version"], registry=self.registry
+        )
+        self.build.labels(_version()).set(1)
         self.diagnoses = Counter(
             "c4_action_diagnoses",
             "Diagnoses taken, by outcome (handled, duplicate, fenced, rejected)",
@@ -39,18 +58,29 @@ class ActionMetrics:
         )
         self.deadletters = Counter(
             "c4_action_deadletters",
-            "Dead letters published, by source (diagnosis, job, webhook)",
+            "Dead letters published, by source (diagnosis, job, webhook, a scheduler,"
+            " alertmanager)",
             ["source"],
             registry=self.registry,
         )
+        # Every source starts at 0, so a rate or an alert on it has a series before the first.
+        for source in DEADLETTER_SOURCES:
+            self.deadletters.labels(source)
         self.routes = Counter(
             "c4_action_routes",
             "Route messages published on c4.route.v1 by the reroute action",
             registry=self.registry,
         )
         self.plan_max_util = Gauge(
-            "c4_action_plan_max_util",
-            "max_util of the last plan this worker put in force",
+            "c4_action_plan_max_utilization_ratio",
+            "Largest link utilisation (load / capacity) of the last plan this worker put in force",
+            registry=self.registry,
+        )
+        self.plan_links = Gauge(
+            "c4_plan_link_utilization_ratio",
+            "Utilisation (load / capacity, the busier direction) of the busiest links of the last"
+            f" plan this worker put in force (the top {PLAN_LINKS_EXPORTED})",
+            ["link"],
             registry=self.registry,
         )
         self.processing = Histogram(
@@ -66,6 +96,14 @@ class ActionMetrics:
             reason = action.detail.get("reason")
             self.records.labels(action.action, action.status, str(reason or "")).inc()
 
+    def record_plan(self, max_util: float, links: Mapping[str, float]) -> None:
+        """The plan now in force: its largest utilisation and its busiest links."""
+        self.plan_max_util.set(max_util)
+        self.plan_links.clear()
+        busiest = sorted(links.items(), key=lambda item: (-item[1], item[0]))
+        for link, util in busiest[:PLAN_LINKS_EXPORTED]:
+            self.plan_links.labels(link).set(util)
+
     def serve(self, port: int, address: str = "127.0.0.1") -> None:
-        """Serve /metrics on a background thread."""
+        """Serve /metrics on ``address:port`` from a background thread."""
         start_http_server(port, addr=address, registry=self.registry)

@@ -5,8 +5,8 @@ recent suspect nodes, each suspect node's leaves). Output: a `Plan`, the ordered
 (isolate per target, restart per job, one alert per matching receiver, any other registered
 action per suspect) and the components to mark ``suspect`` in the state; a resolved
 diagnosis gets its alerts and the steps of the actions that undo (reroute gives its link
-back). Some steps come already decided (skipped, or failed for an unknown job); the pipeline
-executes the others.
+back), and every Alertmanager receiver of its class and job its resolution. Some steps come
+already decided (skipped, or failed for an unknown job); the pipeline executes the others.
 """
 
 from __future__ import annotations
@@ -134,10 +134,15 @@ def plan(
         undo = tuple(
             Step(action, s.id, s.type) for action in actions if action in undoing for s in confident
         )
+        webhooks = tuple(r for r in config.receivers if r.kind != "alertmanager")
         alerts: tuple[Step, ...] = ()
         if undo or not conditional:
-            alerts = _alerts(diagnosis, config.receivers, subject, top_score, conditional)
-        return Plan((*undo, *alerts), clears=True)
+            alerts = _alerts(diagnosis, webhooks, subject, top_score, conditional)
+        # An Alertmanager is sent a firing alert again until told that it ended, whatever
+        # made it fire (a conditional alert of a failed step too): it always hears the end.
+        managers = tuple(r for r in config.receivers if r.kind == "alertmanager")
+        ends = _alerts(diagnosis, managers, subject, top_score)
+        return Plan((*undo, *alerts, *ends), clears=True)
     nodes = suspect_nodes(diagnosis, policy.min_score, view)
     together = set(nodes) | (view.recent_suspects if diagnosis.job else set())
     if diagnosis.job and len(together) > policy.blast_radius:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,6 +45,8 @@ from actions.planner.reroute import (
     CurrentPlan,
     RerouteError,
     failed_links,
+    job_flows,
+    link_utilization,
     node_routes,
     reroute,
 )
@@ -58,7 +60,8 @@ from topology.ecmp import hash_model
 
 log = logging.getLogger("c4.actions")
 
-PlanSaved = Callable[[float, int], None]  # the new plan's max_util, route messages published
+# The new plan in force: its max_util, its links' utilisation, the route messages published.
+PlanSaved = Callable[[float, Mapping[str, float], int], None]
 
 
 class Plans(Protocol):
@@ -100,7 +103,7 @@ class RerouteExecutor(Executor):
         plans: Plans,
         outbox: Publisher,
         settings: RerouteSettings | None = None,
-        saved: PlanSaved = lambda max_util, routes: None,
+        saved: PlanSaved = lambda max_util, links, routes: None,
     ) -> None:
         self._fabric = fabric
         self._jobs = jobs
@@ -180,7 +183,8 @@ class RerouteExecutor(Executor):
             return failed(Reason.PLAN_CHANGED, message, retryable=True)
         except StoreUnavailableError as error:
             return failed(Reason.STORE_UNAVAILABLE, str(error), retryable=True)
-        self._saved(new.plan.max_util, len(routes))
+        demand = {flow.id: flow.gbps for flow in job_flows(fabric, jobs).flows}
+        self._saved(new.plan.max_util, link_utilization(fabric, new.plan, demand), len(routes))
         return done(
             plan=new.id,
             previous=previous,

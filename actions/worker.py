@@ -16,11 +16,12 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import Message
 
+from actions.alertmanager_client import AlertmanagerClient
 from actions.config import WorkerConfig
 from actions.executors import (
     AlertExecutor,
@@ -116,8 +117,8 @@ def build_executors(
     publish_scheduler_letter = letters_of("slurm")
     publish_kube_letter = letters_of("kubernetes")
 
-    def plan_saved(max_util: float, routes: int) -> None:
-        metrics.plan_max_util.set(max_util)
+    def plan_saved(max_util: float, links: Mapping[str, float], routes: int) -> None:
+        metrics.record_plan(max_util, links)
         metrics.routes.inc(routes)
 
 
@@ -151,7 +152,12 @@ def build_executors(
     executors: list[Executor] = [
         isolate,
         restart,
-        AlertExecutor(config, publish_dead_letter),
+        AlertExecutor(
+            config,
+            publish_dead_letter,
+            alertmanagers=AlertmanagerClient(config.receivers, state.alerts, config.external_url),
+            alertmanager_letter=letters_of("alertmanager"),
+        ),
         RerouteExecutor(
             state.components,
             state.jobs,
@@ -168,26 +174,47 @@ def build_executors(
 def build_housekeeping(
     state: RedisState, config: WorkerConfig, actor: str
 ) -> Callable[[], None] | None:
-    """What the worker does between records: with Slurm, mirror its idle nodes as spares."""
+    """What the worker does between records: resend the firing alerts of its Alertmanager
+    receivers (each once per its ``resend_s``); with Slurm, mirror its idle nodes as spares."""
+    chores: list[Callable[[], None]] = []
+    alertmanagers = AlertmanagerClient(config.receivers, state.alerts, config.external_url)
+    if alertmanagers.receivers:
+
+        def resend_alerts() -> None:
+            try:
+                alertmanagers.resend(time.monotonic(), time.time_ns())
+            except StateUnavailable as error:
+                log.warning("alerts not resent to Alertmanager: %s", error)
+
+        chores.append(resend_alerts)
     scheduler = config.scheduler
-    if scheduler.kind != "slurm":
+    if scheduler.kind == "slurm":
+        slurm = Slurm(CommandRunner(scheduler.slurm_conf, scheduler.command_timeout_s))
+        mirror = SpareMirror(slurm, state.components, scheduler.mirror_spares_s, actor)
+
+        def mirror_spares() -> None:
+            now = time.monotonic()
+            if not mirror.due(now):
+                return
+            try:
+                added, taken = mirror.sync(now, time.time_ns())
+            except (SlurmError, StateUnavailable, StateError) as error:
+                log.warning("spare pool not mirrored from Slurm: %s", error)
+                return
+            if added or taken:
+                log.info("spare pool from Slurm: +%s -%s", added, taken)
+
+        chores.append(mirror_spares)
+    if not chores:
         return None
-    slurm = Slurm(CommandRunner(scheduler.slurm_conf, scheduler.command_timeout_s))
-    mirror = SpareMirror(slurm, state.components, scheduler.mirror_spares_s, actor)
+    if len(chores) == 1:
+        return chores[0]
 
-    def mirror_spares() -> None:
-        now = time.monotonic()
-        if not mirror.due(now):
-            return
-        try:
-            added, taken = mirror.sync(now, time.time_ns())
-        except (SlurmError, StateUnavailable, StateError) as error:
-            log.warning("spare pool not mirrored from Slurm: %s", error)
-            return
-        if added or taken:
-            log.info("spare pool from Slurm: +%s -%s", added, taken)
+    def housekeeping() -> None:
+        for chore in chores:
+            chore()
 
-    return mirror_spares
+    return housekeeping
 
 
 class ActionWorker:

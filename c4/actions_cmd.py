@@ -49,9 +49,11 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     except ConfigError as error:
         message = f"{args.config}: {error}"
         raise WorkerStartError(message) from None
-    webhooks = [receiver.secret for receiver in config.receivers]
-    webhooks.append(config.launcher.webhook.secret if config.launcher.webhook else None)
-    install_secret_redaction(secret.get_secret_value() for secret in webhooks if secret)
+    # HMAC keys, Alertmanager tokens and passwords, the launcher's key: never in a log line.
+    secrets = [secret for receiver in config.receivers for secret in receiver.secrets()]
+    if config.launcher.webhook is not None and config.launcher.webhook.secret is not None:
+        secrets.append(config.launcher.webhook.secret)
+    install_secret_redaction(secret.get_secret_value() for secret in secrets)
     try:
         check_kafka_access(settings, timeout_s=5.0, require_answer=False)
     except KafkaAccessError as error:
@@ -72,7 +74,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         topics = Topics.with_prefix(settings.topic_prefix)
         metrics = ActionMetrics()
         if args.metrics_port:
-            metrics.serve(args.metrics_port)
+            metrics.serve(args.metrics_port, args.metrics_address or settings.metrics_address)
         transport = KafkaTransport(
             settings.kafka_client_config(),
             args.group,
@@ -115,7 +117,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--dry-run", action="store_true", help="record decisions without changing anything"
     )
     worker.add_argument(
-        "--metrics-port", type=int, default=9465, help="Prometheus /metrics on 127.0.0.1 (0: off)"
+        "--metrics-port", type=int, default=9465, help="Prometheus /metrics port (0: off)"
+    )
+    worker.add_argument(
+        "--metrics-address",
+        help="address /metrics binds (default C4_METRICS_ADDRESS, else 127.0.0.1;"
+        " 0.0.0.0 for a Prometheus in another container)",
     )
     worker.add_argument("--loglevel", default="info", choices=("debug", "info", "warning", "error"))
     worker.set_defaults(handler=_run)

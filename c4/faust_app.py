@@ -36,9 +36,10 @@ app = worker.app
 
 
 async def _serve_metrics() -> None:
-    """Prometheus /metrics on 127.0.0.1, once the worker runs (not on import)."""
+    """Prometheus /metrics on ``C4_METRICS_ADDRESS`` (127.0.0.1), once the worker runs (not
+    on import)."""
     if _options.metrics_port:
-        worker.metrics.serve(_options.metrics_port)
+        worker.metrics.serve(_options.metrics_port, _settings.metrics_address)
 
 
 app.task(_serve_metrics)

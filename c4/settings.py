@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     topic_partitions: int = Field(default=8, ge=1, le=10_000)
     topic_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=-1)
 
+    # Where the workers serve /metrics: loopback unless told (0.0.0.0 or the pod's address
+    # lets a Prometheus in another container scrape them).
+    metrics_address: str = Field(default="127.0.0.1", pattern=r"^[A-Za-z0-9.:_-]+$", max_length=255)
+
     stack_dir: Path = Field(default_factory=_default_stack_dir)
     stack_kafka_version: str = "4.1.1"
     stack_kafka_port: int = Field(default=9092, ge=1, le=65535)
@@ -50,6 +54,10 @@ class Settings(BaseSettings):
     # client port (its peer port is the next one).
     stack_kube_port: int = Field(default=6443, ge=1, le=65535)
     stack_etcd_port: int = Field(default=2379, ge=1, le=65534)
+    # A local Prometheus (c4.stack.prometheus): its web port.
+    stack_prometheus_port: int = Field(default=9090, ge=1, le=65535)
+    # A local Alertmanager (c4.stack.alertmanager): its web port (9093 is Kafka's controller).
+    stack_alertmanager_port: int = Field(default=19093, ge=1, le=65535)
 
     def kafka_client_config(self) -> dict[str, Any]:
         """librdkafka configuration shared by every producer, consumer and admin client."""

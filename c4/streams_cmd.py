@@ -31,7 +31,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     )
     worker = build_streams_worker(settings, options)
     if options.metrics_port:
-        worker.metrics.serve(options.metrics_port)
+        worker.metrics.serve(options.metrics_port, args.metrics_address or settings.metrics_address)
     logging_config = json_logging_config(args.loglevel) if args.log_format == "json" else None
     runner = faust.Worker(worker.app, loglevel=args.loglevel, logging_config=logging_config)
     # Faust's terminal spinner sets the root logger to DEBUG (it spins on every record), so
@@ -86,7 +86,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--metrics-port",
         type=int,
         default=DEFAULT_METRICS_PORT,
-        help="Prometheus /metrics on 127.0.0.1 (0: off)",
+        help="Prometheus /metrics port (0: off)",
+    )
+    worker.add_argument(
+        "--metrics-address",
+        help="address /metrics binds (default C4_METRICS_ADDRESS, else 127.0.0.1;"
+        " 0.0.0.0 for a Prometheus in another container)",
     )
     worker.add_argument(
         "--session-timeout",

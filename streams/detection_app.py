@@ -36,6 +36,7 @@ from schemas.messages import Diagnosis
 from schemas.topics import ALL_TOPICS, FABRIC_KEY
 from streams.core.engine import Engine
 from streams.core.fabric import FabricHub
+from streams.core.findings import OpenFinding
 from streams.core.params import DetectorParams
 from streams.core.slowpath import SlowPath
 from streams.core.snapshot import SnapshotError, base_key, read_snapshot, write_snapshot
@@ -258,6 +259,14 @@ class DetectionFlow:
         for diagnosis in found:
             key = diagnosis.job if diagnosis.job is not None else FABRIC_KEY
             await self._diagnoses.send(key=key.encode(), value=encode(diagnosis))
+        if found:
+            self.export_findings()
+
+    def export_findings(self) -> None:
+        """The open findings of the partitions held here, for ``c4_finding_open``."""
+        self.metrics.set_open_findings(
+            self.durable.engine.open_findings() + self._fabric.open_findings()
+        )
 
     async def feed(self, key: str | None, message: C4Model) -> None:
         """One decoded input record: note its offset, detect, share its facts, publish."""
@@ -290,6 +299,7 @@ class DetectionFlow:
         )
         found = self.durable.on_timer()
         await self.publish(found)
+        self.export_findings()  # also what a takeover restored, a revocation dropped
         await self._report_paths()
         if self._monotonic() - self._lag_at >= LAG_EVERY_S:
             self._lag_at = self._monotonic()
@@ -319,6 +329,7 @@ class DetectionFlow:
         )
         if any(tp.topic == topics.fabric_paths for tp in revoked):
             self._fabric.revoke()
+        self.export_findings()  # not one scrape more of what the next owner exports now
 
 
 def _app(
@@ -369,6 +380,13 @@ class _FabricSide:
         """The topic's partition moved away: the next owner goes on from the table."""
         self._restored = False
         self.hub.paths.clear()
+        # Its open findings too: the next owner holds (and exports) them; taken back from
+        # the table, never kept beside it, if the partition comes back here.
+        self.hub.correlator.book.drop(lambda _key: True)
+
+    def open_findings(self) -> list[OpenFinding]:
+        """The correlator's open findings while its partition is held here."""
+        return self.hub.correlator.book.open_findings() if self._restored else []
 
     def on_report(self, value: bytes) -> list[Diagnosis]:
         """A worker's changed slow paths and its clock: update, correlate, save on change."""
@@ -466,5 +484,4 @@ async def _record_lag(app: faust.App, metrics: StreamMetrics) -> None:
             continue
         if position is not None and highwater is not None:
             lag[tp.topic] = lag.get(tp.topic, 0) + max(0, highwater - position)
-    for topic, value in lag.items():
-        metrics.lag.labels(topic).set(value)
+    metrics.set_lag(lag, {tp.topic for tp in consumer.assignment()})

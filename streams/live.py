@@ -164,6 +164,7 @@ class LiveDetection:
         self._wall_at_latest = monotonic()
         self.counters = LiveCounters()
         self._per_kind: dict[str, Any] = {}
+        self._ops_of: dict[str, Any] = {}  # the operations counter of each job
         self._latest_of: dict[tuple[str, str], int] = {}  # (kind, job/port/GPU) -> ts_ns
 
     def on_message(self, message: C4Model) -> list[Diagnosis]:
@@ -188,6 +189,11 @@ class LiveDetection:
         if counter is None:  # label lookups cost more than the increment: once per kind
             counter = self._per_kind[kind] = self.metrics.messages.labels(kind)
         counter.inc()
+        if isinstance(message, Collective) and message.ops.seq:
+            per_job = self._ops_of.get(message.job)
+            if per_job is None:
+                per_job = self._ops_of[message.job] = self.metrics.operations.labels(message.job)
+            per_job.inc(len(message.ops.seq))
         if ts_ns > self._latest_event_ns:
             self._latest_event_ns = ts_ns
             self._wall_at_latest = self._monotonic()

@@ -273,6 +273,31 @@ def _same_nic(fabric: Fabric, port: str, down: set[str]) -> list[str]:
     return [p for p in (port, *others) if p not in down]
 
 
+def link_utilization(
+    fabric: Fabric, result: Plan, demand: Mapping[str, float]
+) -> dict[str, float]:
+    """Each loaded link's utilisation under a plan: the busier direction's demand over the
+    link's capacity. A path runs up its first half (source cable, leaf to spine) and down
+    its second (spine to leaf, destination cable); flows without a demand count nothing."""
+    load: dict[tuple[str, int], float] = {}
+    for path in result.paths:
+        gbps = demand.get(path.flow, 0.0)
+        if gbps <= 0:
+            continue
+        half = (len(path.links) + 1) // 2
+        for position, link in enumerate(path.links):
+            key = (link, 0 if position < half else 1)
+            load[key] = load.get(key, 0.0) + gbps
+    found: dict[str, float] = {}
+    for (link, _), gbps in load.items():
+        if link not in fabric.link_index:
+            continue
+        util = gbps / fabric.capacity(link)
+        if util > found.get(link, 0.0):
+            found[link] = util
+    return found
+
+
 def _changed(previous: Plan | None, result: Plan) -> tuple[str, ...]:
     """Flows whose links or source port differ from the previous plan's (new ones too)."""
     before: Mapping[str, PlanPath] = {p.flow: p for p in previous.paths} if previous else {}

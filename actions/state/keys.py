@@ -61,6 +61,10 @@ class Keys:
         """Hash: the claim on one diagnosis (id and state), its fence and its step records."""
         return f"{self.prefix}:diagnosis:{diagnosis}:{state}"
 
+    def alerts(self, receiver: str) -> str:
+        """Hash: an Alertmanager receiver's kept alerts, diagnosis id -> alert (JSON)."""
+        return f"{self.prefix}:alerts:{receiver}"
+
     @property
     def rate_cluster(self) -> str:
         """Sorted set: state-changing actions cluster-wide, scored by wall-clock ms."""

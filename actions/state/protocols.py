@@ -2,7 +2,7 @@
 
 Executors, the pipeline's stages and the worker loop depend on these, never on a store's
 implementation; the stores of `actions.state` (`ComponentStore`, `JobStore`,
-`SuspectStore`, `ClaimStore`) have them by structure, and the tests give small fakes.
+`SuspectStore`, `ClaimStore`, `AlertStore`) have them by structure, and the tests give small fakes.
 """
 
 from __future__ import annotations
@@ -142,3 +142,22 @@ class Claims(ClaimRecords, Protocol):
 
     def finish(self, claim: Claim, ttl_s: int) -> bool:
         """Mark the diagnosis handled; False when another worker has taken it over."""
+
+
+# --- alerts (actions.state.alerts.AlertStore) ---------------------------------------------
+
+
+class ActiveAlerts(Protocol):
+    """The alerts kept per Alertmanager receiver until they resolved (the alert executor)."""
+
+    def keep(self, receiver: str, diagnosis: str, alert: str) -> None:
+        """Keep (or replace) a diagnosis's alert for a receiver."""
+
+    def forget(self, receiver: str, diagnosis: str) -> None:
+        """Stop resending a diagnosis's alert."""
+
+    def kept(self, receiver: str, diagnosis: str) -> str | None:
+        """A diagnosis's kept alert, None when none is."""
+
+    def all_kept(self, receiver: str) -> dict[str, str]:
+        """Every kept alert of a receiver: diagnosis id -> alert."""

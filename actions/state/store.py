@@ -3,8 +3,9 @@
 A façade for wiring code: it owns the Redis client and hands out one store per job —
 ``components`` (`ComponentStore`: topology, states, transitions, spares), ``jobs``
 (`JobStore`: placements, allocations), ``suspects`` (`SuspectStore`), ``claims``
-(`ClaimStore`) and ``audit`` (`AuditLog`). Executors and the pipeline's stages take only the
-Protocols of `actions.state.protocols` they use, never this class.
+(`ClaimStore`), ``alerts`` (`AlertStore`) and ``audit`` (`AuditLog`). Executors and the
+pipeline's stages take only the Protocols of `actions.state.protocols` they use, never this
+class.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import redis
 
+from actions.state.alerts import AlertStore
 from actions.state.audit import AuditLog
 from actions.state.base import connect
 from actions.state.claims import ClaimStore
@@ -32,6 +34,7 @@ class RedisState:
         self.components = ComponentStore(client, self.keys, self.jobs)
         self.suspects = SuspectStore(client, self.keys)
         self.claims = ClaimStore(client, self.keys)
+        self.alerts = AlertStore(client, self.keys)
         self.audit = AuditLog(client, self.keys)
 
     @classmethod

@@ -6,11 +6,14 @@ Both run detached on 127.0.0.1 with their data, log and pid file in a run folder
 process whose pid file we wrote and whose command line is still the one we started.
 
 With ``up --slurm`` a local Slurm cluster joins them (`slurm`: munged, slurmctld, one slurmd
-per node name), with ``up --kube`` a Kubernetes API server (`kube`: etcd and kube-apiserver);
-``down`` stops them too when they run.
+per node name), with ``up --kube`` a Kubernetes API server (`kube`: etcd and kube-apiserver),
+with ``up --monitoring`` a Prometheus scraping the workers' default ports with c4's rules and
+an Alertmanager taking its alerts (`prometheus`, `alertmanager`); ``down`` stops them too
+when they run.
 
 One module per job: `maven` (the jars), `kafka` (broker and SASL configuration, start, probe),
-`redis`, `slurm`, `kube`, `supervise` (pid files, spawning, locks, waiting), `control` (up, down,
+`redis`, `slurm`, `kube`, `prometheus`, `alertmanager`, `node_exporter` (for the agent's
+exporter sources), `supervise` (pid files, spawning, locks, waiting), `control` (up, down,
 status, kill of Kafka and Redis). This module is the ``c4 stack`` command and re-exports what
 the rest of c4 uses.
 """
@@ -24,6 +27,12 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from c4.stack.alertmanager import (
+    alertmanager_down,
+    alertmanager_status,
+    alertmanager_up,
+    alertmanager_url,
+)
 from c4.stack.control import stack_down, stack_kill, stack_status, stack_up
 from c4.stack.kafka import (
     kafka_properties_path,
@@ -33,6 +42,7 @@ from c4.stack.kafka import (
 )
 from c4.stack.kube import kube_down, kube_status, kube_up, kubeconfig_path
 from c4.stack.maven import ensure_kafka_jars, kafka_home, render_pom
+from c4.stack.prometheus import ScrapeSetup, prometheus_down, prometheus_status, prometheus_up
 from c4.stack.slurm import slurm_conf_path, slurm_down, slurm_env, slurm_status, slurm_up
 from c4.stack.supervise import HOST, ComponentStatus, Progress, StackError, State, port_answers
 
@@ -53,6 +63,9 @@ __all__ = [
     "kube_status",
     "kube_up",
     "kubeconfig_path",
+    "monitoring_down",
+    "monitoring_status",
+    "monitoring_up",
     "new_cluster_id",
     "port_answers",
     "register",
@@ -85,6 +98,30 @@ def _kube_running(settings: Settings) -> bool:
     return any(status.state == "running" for status in kube_status(settings))
 
 
+def monitoring_up(settings: Settings) -> list[ComponentStatus]:
+    """Alertmanager, then a Prometheus sending it the alerts of c4's rules."""
+    manager = alertmanager_up(settings, progress=_progress)
+    address = alertmanager_url(settings).removeprefix("http://").rstrip("/")
+    scraper = prometheus_up(settings, ScrapeSetup(alertmanagers=(address,)), _progress)
+    return [manager, scraper]
+
+
+def monitoring_status(settings: Settings) -> list[ComponentStatus]:
+    """Alertmanager's and Prometheus's states."""
+    return [alertmanager_status(settings), prometheus_status(settings)]
+
+
+def monitoring_down(settings: Settings) -> list[ComponentStatus]:
+    """Stop the Prometheus and Alertmanager ``up --monitoring`` started, when they run."""
+    running = {status.name for status in monitoring_status(settings) if status.state == "running"}
+    stopped = []
+    if any(name.startswith("prometheus") for name in running):
+        stopped.append(prometheus_down(settings))
+    if any(name.startswith("alertmanager") for name in running):
+        stopped.append(alertmanager_down(settings))
+    return stopped
+
+
 def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -97,6 +134,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             statuses += slurm_up(settings, progress=_progress)
         if args.kube:
             statuses += kube_up(settings, progress=_progress)
+        if args.monitoring:
+            statuses += monitoring_up(settings)
         for status in statuses:
             print(format_status(status))
         print(f"stack up in {time.monotonic() - began:.1f} s")
@@ -108,10 +147,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "down":
         stopped = slurm_down(settings) if _slurm_running(settings) else []
         stopped += kube_down(settings) if _kube_running(settings) else []
+        stopped += monitoring_down(settings)
         for status in [*stack_down(settings), *stopped]:
             print(format_status(status))
         return 0
-    for status in [*stack_status(settings), *slurm_status(settings), *kube_status(settings)]:
+    everything = [*stack_status(settings), *slurm_status(settings), *kube_status(settings)]
+    everything += [status for status in monitoring_status(settings) if status.state != "stopped"]
+    for status in everything:
         if args.json:
             print(json.dumps(dataclasses.asdict(status), sort_keys=True))
         else:
@@ -138,7 +180,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="also a Kubernetes API server: etcd and kube-apiserver (prints its KUBECONFIG)",
     )
+    up.add_argument(
+        "--monitoring",
+        action="store_true",
+        help="also Prometheus (c4's rules, scraping the workers' ports 9464 and 9465) and"
+        " Alertmanager",
+    )
     actions.add_parser("down", help="stop the Kafka and Redis that up started")
     status = actions.add_parser("status", help="what runs on the stack's ports")
     status.add_argument("--json", action="store_true", help="one JSON object per component")
-    parser.set_defaults(handler=_run, json=False, slurm=False, kube=False)
+    parser.set_defaults(handler=_run, json=False, slurm=False, kube=False, monitoring=False)

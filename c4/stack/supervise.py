@@ -126,9 +126,10 @@ def _is_ours(component: Component, pid: int) -> bool:
     if pid <= 0 or not alive(pid):
         return False
     command = _cmdline(pid)
-    if component.name.startswith(("slurm", "munged", "etcd", "kube-")):
-        # Slurm's daemons, munged, etcd and kube-apiserver run in the foreground with every
-        # path under our folder.
+    foreground = ("slurm", "munged", "etcd", "kube-", "alertmanager", "prometheus")
+    if component.name.startswith(foreground):
+        # Slurm's daemons, munged, etcd, kube-apiserver, Alertmanager and Prometheus run in
+        # the foreground with every path under our folder.
         return f"{component.run_dir}/" in command
     if component.name == "kafka":
         return "kafka.Kafka" in command and str(component.run_dir / "server.properties") in command

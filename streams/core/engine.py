@@ -14,6 +14,7 @@ from schemas.files import Topology
 from schemas.messages import Collective, Collectives, Diagnosis, Gpu, Job, Link, Member, Route
 from streams.core.clock import TickClock
 from streams.core.fabric import FabricCorrelator
+from streams.core.findings import OpenFinding
 from streams.core.hardware import HardwareMonitor
 from streams.core.job import JobDetector
 from streams.core.membership import MembershipBook
@@ -407,6 +408,16 @@ class Engine:
         """Each job's slow paths that changed since the last call (for a remote correlator)."""
         changed, self._changed_paths = self._changed_paths, {}
         return changed
+
+    def open_findings(self) -> list[OpenFinding]:
+        """Every finding firing here now: its jobs', its worlds', its nodes' (and the
+        fabric's when it correlates here); live, only those of the partitions it holds."""
+        found = [f for detector in self.jobs.values() for f in detector.book.open_findings()]
+        found += self.membership.open_findings()
+        found += self.hardware.book.open_findings()
+        if self.local_fabric:
+            found += self.fabric.book.open_findings()
+        return found
 
     # --- snapshots (a restarted or rebalanced worker goes on from them) ------------------
     def job_state(self, job: str) -> dict[str, Any] | None:

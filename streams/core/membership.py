@@ -18,7 +18,7 @@ from typing import Any
 
 from schemas.base import C4Model
 from schemas.messages import Diagnosis, DiagnosisClass, Job, Member, RankPlace
-from streams.core.findings import FindingBook, SuspectScore
+from streams.core.findings import FindingBook, OpenFinding, SuspectScore
 
 RANKS_MISSING: DiagnosisClass = "ranks_missing"
 # Ranks of a job start within seconds of each other; the bound leaves room for a slow
@@ -142,6 +142,10 @@ class MembershipBook:
         """The job stopped: forget it, resolving its open finding."""
         world = self._worlds.pop(job, None)
         return [] if world is None else world.findings.resolve_all(now_ns)
+
+    def open_findings(self) -> list[OpenFinding]:
+        """The ``ranks_missing`` findings firing now, of every job held here."""
+        return [f for world in self._worlds.values() for f in world.findings.open_findings()]
 
     def drop(self, job: str) -> None:
         """Forget a job without a word (its partition moved to another worker)."""

@@ -22,7 +22,7 @@ from actions.metrics import ActionMetrics
 from actions.pipeline import Pipeline
 from actions.state.store import RedisState
 from actions.transport import KafkaTransport
-from actions.worker import ActionWorker, Topics, build_executors
+from actions.worker import ActionWorker, Topics, build_executors, build_housekeeping
 from schemas.codec import decode
 from schemas.messages import Action
 from schemas.topics import ALL_TOPICS
@@ -243,9 +243,14 @@ def config(receiver: HttpReceiver | None = None, **overrides: Any) -> dict[str, 
 
 @contextmanager
 def worker(
-    cluster: Cluster, data: dict[str, Any], group: str = "actions", dry_run: bool = False
+    cluster: Cluster,
+    data: dict[str, Any],
+    group: str = "actions",
+    dry_run: bool = False,
+    housekeeping: bool = False,
 ) -> Iterator[ActionMetrics]:
-    """An action worker on a thread of this process, stopped on exit."""
+    """An action worker on a thread of this process, stopped on exit; with ``housekeeping``
+    it does between records what ``c4 actions worker`` does (resend alerts, mirror spares)."""
     settings: WorkerConfig = parse_config(data, {SECRET_ENV: SECRET})
     stop = threading.Event()
     topics = Topics.with_prefix(cluster.prefix)
@@ -260,7 +265,8 @@ def worker(
     metrics = ActionMetrics()
     executors = build_executors(state, settings, transport, metrics)
     pipeline = Pipeline(state, executors, settings, f"test-{group}", dry_run=dry_run)
-    loop = ActionWorker(transport, state.jobs, pipeline, topics, metrics, stop)
+    chores = build_housekeeping(state, settings, f"test-{group}") if housekeeping else None
+    loop = ActionWorker(transport, state.jobs, pipeline, topics, metrics, stop, chores)
     errors: list[BaseException] = []
 
     def run() -> None:

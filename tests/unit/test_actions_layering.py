@@ -14,6 +14,7 @@ PURE = [
     "config",
     "policy",
     "alertmanager",
+    "alertmanager_v2",
     "webhook",
     "launcher",
     "recording",
@@ -22,7 +23,7 @@ PURE = [
 ]
 # Kafka only in the transport (and the worker loop that holds it); Redis only in actions/state.
 STAGES = ["pipeline", "stages", "step_stages"]
-NO_KAFKA = [*PURE, *STAGES, "executors", "reroute_executor", "metrics"]
+NO_KAFKA = [*PURE, *STAGES, "executors", "alertmanager_client", "reroute_executor", "metrics"]
 NO_REDIS = [*NO_KAFKA, "transport", "worker"]
 # What the stages and the executors may import of the cluster state: its values, its
 # Protocols and its errors, never a store.
@@ -56,7 +57,9 @@ def test_redis_is_reached_through_the_state_package_only(module: str) -> None:
     assert "redis" not in imported_roots(REPO / "actions" / f"{module}.py")
 
 
-@pytest.mark.parametrize("module", [*STAGES, "executors", "reroute_executor"])
+@pytest.mark.parametrize(
+    "module", [*STAGES, "executors", "alertmanager_client", "reroute_executor"]
+)
 def test_stages_and_executors_see_the_state_through_its_protocols(module: str) -> None:
     state = {name for name in imported_modules(module) if name.startswith("actions.state")}
     assert state <= STATE_INTERFACE, sorted(state - STATE_INTERFACE)
@@ -65,7 +68,12 @@ def test_stages_and_executors_see_the_state_through_its_protocols(module: str) -
 @pytest.mark.parametrize("module", STAGES)
 def test_the_pipeline_depends_on_no_executor_internals(module: str) -> None:
     imported = imported_modules(module)
-    assert not imported & {"actions.alertmanager", "actions.reroute_executor"}
+    assert not imported & {
+        "actions.alertmanager",
+        "actions.alertmanager_v2",
+        "actions.alertmanager_client",
+        "actions.reroute_executor",
+    }
 
 
 def test_every_actions_module_is_small_and_says_its_job() -> None:

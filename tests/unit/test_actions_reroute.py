@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import orjson
@@ -127,6 +127,7 @@ class Rig:
     outbox: FakeOutbox
     executor: RerouteExecutor
     saved: list[tuple[float, int]]
+    links: list[dict[str, float]]
 
 
 def rig(
@@ -139,10 +140,14 @@ def rig(
     plans = FakePlans(log, current)
     outbox = FakeOutbox(log)
     saved: list[tuple[float, int]] = []
-    executor = RerouteExecutor(
-        state, state, state, plans, outbox, settings, lambda util, n: saved.append((util, n))
-    )
-    return Rig(state, plans, outbox, executor, saved)
+    links: list[dict[str, float]] = []
+
+    def plan_saved(util: float, loads: Mapping[str, float], n: int) -> None:
+        saved.append((util, n))
+        links.append(dict(loads))
+
+    executor = RerouteExecutor(state, state, state, plans, outbox, settings, plan_saved)
+    return Rig(state, plans, outbox, executor, saved, links)
 
 
 def run(rig: Rig, finding: Diagnosis, step: Step | None = None, tries: int = 1) -> Result:
@@ -196,6 +201,10 @@ def test_link_down_publishes_routes_per_node_then_saves_the_plan(fabric: Fabric)
     assert detail["after_max_util"] == saved.plan.max_util
     assert detail["stranded"] == [] and detail["skipped_hops"] == 0
     assert test.saved == [(saved.plan.max_util, len(routes))]
+    # The links' utilisation of the plan in force: its busiest link is its max_util.
+    (loads,) = test.links
+    assert loads and max(loads.values()) == pytest.approx(saved.plan.max_util)
+    assert link not in loads
     told = orjson.loads(test.state.claims[CLAIM.key][told_field(link)])
     assert told == sorted(senders)
 
