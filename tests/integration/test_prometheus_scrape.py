@@ -1,6 +1,8 @@
 """A real Prometheus (Debian's, under `c4.stack.prometheus`) scrapes the demo's streams and
 actions workers while ``c4 demo`` injects its faults on the real broker and Redis: c4's rules
-fire on the findings, with c4's labels; once the workers stop, the worker-down rule sees it.
+fire on the findings, with c4's labels, and reach a real Alertmanager (its API lists them);
+every panel of the Grafana dashboard draws data; once the workers stop, the worker-down rule
+sees it.
 And ``--metrics-address`` / ``C4_METRICS_ADDRESS`` move where a worker serves /metrics."""
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 
 from c4.demo.processes import free_port
 from c4.settings import Settings, load_settings
+from c4.stack.alertmanager import alertmanager_down, alertmanager_up, alertmanager_url
 from c4.stack.prometheus import (
     ACTIONS_JOB,
     STREAMS_JOB,
@@ -99,6 +102,13 @@ def _dashboard_panels() -> dict[str, list[str]]:
     }
 
 
+def _listed(manager: str) -> list[dict[str, Any]]:
+    """The alerts Alertmanager's v2 API lists (active, with their labels)."""
+    with urllib.request.urlopen(f"{manager}/api/v2/alerts", timeout=5) as answer:  # noqa: S310
+        listed: list[dict[str, Any]] = orjson.loads(answer.read())
+    return listed
+
+
 def _firing(settings: Settings) -> list[dict[str, Any]]:
     alerts: list[dict[str, Any]] = api(settings, "/api/v1/alerts")["alerts"]
     return [alert for alert in alerts if alert["state"] == "firing"]
@@ -113,9 +123,19 @@ def _matches(alert: dict[str, Any], name: str) -> bool:
 def test_prometheus_alerts_on_the_demo_faults_with_c4_labels(
     kafka_bootstrap: str, redis_url: str, unique: str, tmp_path: Path
 ) -> None:
-    settings = load_settings(stack_dir=tmp_path / "stack", stack_prometheus_port=free_port())
+    settings = load_settings(
+        stack_dir=tmp_path / "stack",
+        stack_prometheus_port=free_port(),
+        stack_alertmanager_port=free_port(),
+    )
+    # Prometheus sends its alerts to a real Alertmanager, as in a monitoring stack.
+    assert alertmanager_up(settings).state == "running"
+    manager = alertmanager_url(settings)
     setup = ScrapeSetup(
-        targets={STREAMS_JOB: (), ACTIONS_JOB: ()}, scrape_interval_s=0.5, evaluation_interval_s=0.5
+        targets={STREAMS_JOB: (), ACTIONS_JOB: ()},
+        scrape_interval_s=0.5,
+        evaluation_interval_s=0.5,
+        alertmanagers=(manager.removeprefix("http://"),),
     )
     status = prometheus_up(settings, setup)
     assert status.state == "running", status
@@ -136,6 +156,7 @@ def test_prometheus_alerts_on_the_demo_faults_with_c4_labels(
     argv += ["--nodes", "8", "--spines", "2", "--report", str(report), "--no-dashboard"]
     out_file = tmp_path / "demo.out"
     seen: dict[str, dict[str, Any]] = {}
+    managed: set[str] = set()  # the expected alerts as Alertmanager's API lists them
     ports: tuple[int, int] | None = None
     # Every query of the Grafana dashboard is valid PromQL (Prometheus refuses others), and
     # every panel draws data at some point of the demo.
@@ -157,6 +178,8 @@ def test_prometheus_alerts_on_the_demo_faults_with_c4_labels(
                         for name in EXPECTED:
                             if _matches(alert, name):
                                 seen.setdefault(name, alert)
+                    for alert in _listed(manager):
+                        managed.update(name for name in EXPECTED if _matches(alert, name))
                     if ports is not None and time.monotonic() - asked_at > 2:
                         asked_at = time.monotonic()
                         for title, exprs in queries.items():
@@ -172,6 +195,7 @@ def test_prometheus_alerts_on_the_demo_faults_with_c4_labels(
         assert demo.returncode == 0, output[-4000:]
         assert ports is not None, output[-2000:]
         assert set(seen) == set(EXPECTED), (seen, _firing(settings))
+        assert managed == set(EXPECTED), (managed, _listed(manager))
         assert all(panels.values()), [title for title, drawn in panels.items() if not drawn]
         hang = seen["C4JobHang"]["labels"]
         assert hang["diagnosis"].startswith("d-") and hang["instance"] == f"127.0.0.1:{ports[0]}"
@@ -198,6 +222,7 @@ def test_prometheus_alerts_on_the_demo_faults_with_c4_labels(
         assert down == {STREAMS_JOB, ACTIONS_JOB}
     finally:
         stopped = prometheus_down(settings)
+        alertmanager_down(settings)
     assert stopped.state == "stopped", stopped
     assert prometheus_status(settings).state == "stopped"
 
