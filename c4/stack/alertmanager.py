@@ -12,7 +12,6 @@ its API and web UI).
 from __future__ import annotations
 
 import shutil
-import signal
 import time
 import urllib.error
 import urllib.request
@@ -32,10 +31,9 @@ from c4.stack.supervise import (
     installed,
     locked,
     our_pid,
-    send_signal,
     spawn,
+    stop_ours,
     taken_port,
-    wait_gone,
     wait_ready,
 )
 
@@ -201,25 +199,7 @@ def _reload(settings: Settings, component: Component) -> None:
 
 def alertmanager_down(settings: Settings) -> ComponentStatus:
     """Stop the Alertmanager that `alertmanager_up` started; idempotent."""
-    component = alertmanager_component(settings)
-    if not component.run_dir.is_dir():
-        return component_status(component)
-    with locked(component.lock_file):
-        pid = our_pid(component)
-        if pid is None:
-            component.pid_file.unlink(missing_ok=True)
-            return component_status(component)
-        began = time.monotonic()
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            send_signal(component, pid, signum)
-            if wait_gone(pid, STOP_TIMEOUT_S):
-                break
-        else:
-            message = f"alertmanager pid {pid} survived SIGKILL: kill it by hand"
-            raise StackError(message)
-        component.pid_file.unlink(missing_ok=True)
-        detail = f"stopped pid {pid} ({time.monotonic() - began:.1f} s)"
-        return ComponentStatus(component.name, "stopped", None, component.address, detail)
+    return stop_ours(alertmanager_component(settings), STOP_TIMEOUT_S)
 
 
 def alertmanager_status(settings: Settings) -> ComponentStatus:

@@ -36,8 +36,8 @@ from c4.stack.supervise import (
     our_pid,
     send_signal,
     spawn,
+    stop_ours,
     taken_port,
-    wait_gone,
     wait_ready,
 )
 
@@ -216,25 +216,7 @@ def prometheus_up(
 
 def prometheus_down(settings: Settings) -> ComponentStatus:
     """Stop the Prometheus that `prometheus_up` started (by pid file); idempotent."""
-    component = prometheus_component(settings)
-    if not component.run_dir.is_dir():
-        return component_status(component)
-    with locked(component.lock_file):
-        pid = our_pid(component)
-        if pid is None:
-            component.pid_file.unlink(missing_ok=True)
-            return component_status(component)
-        began = time.monotonic()
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            send_signal(component, pid, signum)
-            if wait_gone(pid, STOP_TIMEOUT_S):
-                break
-        else:
-            message = f"prometheus pid {pid} survived SIGKILL: kill it by hand"
-            raise StackError(message)
-        component.pid_file.unlink(missing_ok=True)
-    detail = f"stopped pid {pid} ({time.monotonic() - began:.1f} s)"
-    return ComponentStatus(component.name, "stopped", None, component.address, detail)
+    return stop_ours(prometheus_component(settings), STOP_TIMEOUT_S)
 
 
 def prometheus_status(settings: Settings) -> ComponentStatus:

@@ -352,3 +352,26 @@ def send_signal(component: Component, pid: int, signum: signal.Signals) -> None:
     if _is_ours(component, pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
+
+
+def stop_ours(component: Component, timeout_s: float) -> ComponentStatus:
+    """Stop the process our pid file names (SIGTERM, then SIGKILL after ``timeout_s``);
+    idempotent: a component not running (or never started) is reported as it is."""
+    if not component.run_dir.is_dir():
+        return component_status(component)
+    with locked(component.lock_file):
+        pid = our_pid(component)
+        if pid is None:
+            component.pid_file.unlink(missing_ok=True)
+            return component_status(component)
+        began = time.monotonic()
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            send_signal(component, pid, signum)
+            if wait_gone(pid, timeout_s):
+                break
+        else:
+            message = f"{component.name} pid {pid} survived SIGKILL: kill it by hand"
+            raise StackError(message)
+        component.pid_file.unlink(missing_ok=True)
+    detail = f"stopped pid {pid} ({time.monotonic() - began:.1f} s)"
+    return ComponentStatus(component.name, "stopped", None, component.address, detail)
