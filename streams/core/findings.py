@@ -35,6 +35,9 @@ class OpenFinding:
     onset_ns: int
     suspects: tuple[SuspectScore, ...]
     evidence: dict[str, Any] = field(default_factory=dict)
+    # The detectors' time when it fired: a check at an earlier time (a worker restored from
+    # a snapshot replays the records before it) cannot end it.
+    fired_ns: int = 0
 
 
 def to_diagnosis(finding: OpenFinding, state: str, ts_ns: int) -> Diagnosis:
@@ -80,7 +83,7 @@ class FindingBook:
         if (job, cls, key) in self._open:
             return None
         finding = OpenFinding(
-            finding_id(job, cls, key, onset_ns), job, cls, onset_ns, suspects, evidence
+            finding_id(job, cls, key, onset_ns), job, cls, onset_ns, suspects, evidence, now_ns
         )
         self._open[(job, cls, key)] = finding
         return to_diagnosis(finding, "firing", now_ns)
@@ -102,10 +105,13 @@ class FindingBook:
             out.append(fired)
 
     def resolve(self, job: str | None, cls: str, key: str, now_ns: int) -> Diagnosis | None:
-        """Close a finding; None when it is not open."""
-        finding = self._open.pop((job, cls, key), None)
-        if finding is None:
+        """Close a finding; None when it is not open, or when ``now_ns`` is before it fired:
+        what was seen before a finding fired does not end it (a restored worker replaying the
+        records before its snapshot would resolve it, then fire it again)."""
+        finding = self._open.get((job, cls, key))
+        if finding is None or now_ns < finding.fired_ns:
             return None
+        del self._open[(job, cls, key)]
         return to_diagnosis(finding, "resolved", now_ns)
 
     def resolve_all(self, now_ns: int) -> list[Diagnosis]:
@@ -129,16 +135,25 @@ class FindingBook:
                 f.onset_ns,
                 [[s.type, s.id, s.score] for s in f.suspects],
                 f.evidence,
+                f.fired_ns,
             ]
             for (job, cls, key), f in self._open.items()
             if belongs is None or belongs(key)
         ]
 
     def restore(self, state: list[list[Any]]) -> None:
-        """Open again the findings of a snapshot (they were published before it was taken)."""
-        for job, cls, key, fid, onset_ns, suspects, evidence in state:
+        """Open again the findings of a snapshot (they were published before it was taken).
+        A snapshot written before findings kept their firing time has seven fields: the
+        onset stands in for it."""
+        for job, cls, key, fid, onset_ns, suspects, evidence, *fired in state:
             self._open[(job, cls, key)] = OpenFinding(
-                fid, job, cls, onset_ns, tuple(SuspectScore(*s) for s in suspects), evidence
+                fid,
+                job,
+                cls,
+                onset_ns,
+                tuple(SuspectScore(*s) for s in suspects),
+                evidence,
+                int(fired[0]) if fired else onset_ns,
             )
 
     def drop(self, belongs: Callable[[str], bool]) -> None:

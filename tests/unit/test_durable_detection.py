@@ -94,6 +94,32 @@ def test_a_restarted_worker_goes_on_from_its_tables() -> None:
     assert {(d.id, d.class_) for d in published if d.state == "firing"} == firing
 
 
+def test_a_restored_hang_is_not_ended_by_the_records_from_before_it_fired() -> None:
+    # Killed once the hang of job-2 (a GPU stopped at 20 s) was published and saved, with
+    # the committed offset before the hang began: the records delivered again show the
+    # operation pending but not hung yet. They must not resolve the restored finding (it
+    # would then fire again under its own id: published twice; the chaos test saw it).
+    messages = _messages()
+    engine = Engine()
+    expected = [d for m in messages for d in engine.process(m)]
+    hang = next(d for d in expected if d.class_ == "noncomm_hang" and d.state == "firing")
+    jobs: dict[bytes, bytes] = {}
+    nodes: dict[bytes, bytes] = {}
+    killed_at = next(i for i, m in enumerate(messages) if _ts(m) > hang.ts_ns + 2 * S)
+    committed = next(i for i, m in enumerate(messages) if _ts(m) > hang.onset_ns - 2 * S)
+    clock = FakeClock()
+    published = list(_feed(_worker(jobs, nodes, clock), messages[:killed_at], clock))
+    assert (hang.id, "firing") in {(d.id, d.state) for d in published}
+    second = _worker(jobs, nodes, clock)
+    second.adopt_owned()
+    published += _feed(second, messages[committed:], clock)
+    keys = [(d.id, d.state) for d in published]
+    assert len(keys) == len(set(keys)), "a finding was published twice"
+    assert [d.state for d in published if d.id == hang.id] == [
+        d.state for d in expected if d.id == hang.id
+    ]
+
+
 def test_a_fresh_worker_without_tables_relearns_and_publishes_again() -> None:
     # The contrast that shows the tables matter: without them the restarted worker fires
     # the open findings a second time.
