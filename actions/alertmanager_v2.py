@@ -31,6 +31,7 @@ from pydantic import JsonValue
 from actions.alertmanager import rfc3339
 from actions.outcome import StepSummary
 from schemas.messages import Diagnosis
+from schemas.places import suspect_place
 
 API_PATH = "/api/v2/alerts"
 HORIZON_PERIODS = 4  # a firing alert's endsAt: now + 4 resend periods (Prometheus)
@@ -50,25 +51,16 @@ def alerts_url(base: str) -> str:
 def place_labels(suspect_type: str, ident: str) -> dict[str, str]:
     """Where a suspect sits: ``node``/``Hostname``, a GPU's ``gpu`` and ``device``, a NIC port's
     ``device`` and ``port`` (``node-003/mlx5_0:1`` -> mlx5_0, 1); none for fabric parts."""
+    place = suspect_place(suspect_type, ident)
     found: dict[str, str] = {}
-    node, slash, local = ident.partition("/")
-    if suspect_type == "node":
-        found["node"] = ident
-    elif suspect_type == "gpu" and slash and node:
-        found["node"] = node
-        index = local.removeprefix("gpu")
-        if index.isdigit():
-            found["gpu"] = index
-            found["device"] = f"nvidia{index}"
-    elif suspect_type in {"port", "link"} and slash and node and local:
-        # A port's own cable is named by the port (contract v1), so it sits on the node too.
-        found["node"] = node
-        device, colon, number = local.partition(":")
-        found["device"] = device
-        if colon and number:
-            found["port"] = number
-    if "node" in found:
-        found["Hostname"] = found["node"]
+    if place.node is not None:
+        found["node"] = found["Hostname"] = place.node
+    if place.gpu is not None:
+        found["gpu"], found["device"] = place.gpu, f"nvidia{place.gpu}"
+    if place.device is not None:
+        found["device"] = place.device
+    if place.port is not None:
+        found["port"] = place.port
     return found
 
 

@@ -199,28 +199,27 @@ class Kube:
         parts = isolated_parts(node)
         cordoned = spec.get("unschedulable") is True
         key = self._scheduler.taint_key
-        taint = {
-            "key": key,
-            "value": diagnosis_class,
-            "effect": self._scheduler.effect_for(diagnosis_class),
-        }
-        taints = [t for t in spec.get("taints") or [] if t.get("key") != key]
-        has_taint = any(t.get("key") == key for t in spec.get("taints") or [])
-        if part in parts and cordoned and has_taint:
-            return Answer.ALREADY, None
+        others = [t for t in spec.get("taints") or [] if t.get("key") != key]
+        ours = next((t for t in spec.get("taints") or [] if t.get("key") == key), None)
+        if part in parts:
+            if cordoned and ours is not None:
+                return Answer.ALREADY, None
+            answer = Answer.ALREADY  # recorded, a mark missing: put it back as it was
+        elif cordoned and not parts and _annotations(node).get(CORDONED) != "true":
+            answer = Answer.HELD  # a person cordoned it: c4 marks it, the cordon stays theirs
+        else:
+            answer = Answer.DONE
+        if ours is None or part not in parts:
+            effect = self._scheduler.effect_for(diagnosis_class)
+            ours = {"key": key, "value": diagnosis_class, "effect": effect}
         annotations: dict[str, Any] = {
             ISOLATED: orjson.dumps({**parts, part: f"{diagnosis} {diagnosis_class}"}).decode()
         }
-        ours = _annotations(node).get(CORDONED) == "true"
         if not cordoned:
             annotations[CORDONED] = "true"
-        answer = Answer.HELD if cordoned and not ours and not parts else Answer.DONE
-        if part in parts:
-            answer = Answer.ALREADY
-            taint = next((t for t in spec.get("taints") or [] if t.get("key") == key), taint)
         patch = {
             "metadata": {"annotations": annotations},
-            "spec": {"unschedulable": True, "taints": [*taints, taint]},
+            "spec": {"unschedulable": True, "taints": [*others, ours]},
         }
         return answer, patch
 
@@ -292,9 +291,8 @@ class Kube:
         conditions = self.node(name).get("status", {}).get("conditions") or []
         if not any(c.get("type") == self._scheduler.condition_type for c in conditions):
             return
-        body = {"status": {"conditions": [
-            {"type": self._scheduler.condition_type, "$patch": "delete"}
-        ]}}
+        gone = {"type": self._scheduler.condition_type, "$patch": "delete"}
+        body = {"status": {"conditions": [gone]}}
         self._write(
             f"/api/v1/nodes/{name}/status",
             body,
@@ -476,8 +474,8 @@ def _kept_off(affinity: dict[str, Any], nodes: Sequence[str]) -> dict[str, Any]:
 
 def _node_kubectl(name: str, patch: dict[str, Any]) -> str:
     """A node patch as the kubectl line that does the same (for logs and dry runs)."""
-    body = {k: v for k, v in patch.items()}
-    body["metadata"] = {k: v for k, v in patch["metadata"].items() if k != "resourceVersion"}
+    metadata = {k: v for k, v in patch["metadata"].items() if k != "resourceVersion"}
+    body = {**patch, "metadata": metadata}
     return shlex.join(
         ["kubectl", "patch", "node", name, "--type=merge", "-p", orjson.dumps(body).decode()]
     )

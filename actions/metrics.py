@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from schemas.messages import Action
+from schemas.version import installed_version
 
 # The busiest links of a plan exported one series each: enough to draw the hot spots of a
 # large fabric without a series per link of it.
 PLAN_LINKS_EXPORTED = 100
 DEADLETTER_SOURCES = ("diagnosis", "job", "webhook", "slurm", "kubernetes", "alertmanager")
-
-
-def _version() -> str:
-    try:
-        return metadata.version("c4")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 class ActionMetrics:
@@ -30,7 +23,7 @@ class ActionMetrics:
         self.build = Gauge(
             "c4_build_info", "The c4 version this worker runs", ["version"], registry=self.registry
         )
-        self.build.labels(_version()).set(1)
+        self.build.labels(installed_version()).set(1)
         self.diagnoses = Counter(
             "c4_action_diagnoses",
             "Diagnoses taken, by outcome (handled, duplicate, fenced, rejected)",

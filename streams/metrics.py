@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
-from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from schemas.messages import Diagnosis
+from schemas.places import suspect_place
+from schemas.version import installed_version
 from streams.core.findings import OpenFinding
 
 NS_PER_S = 1_000_000_000
@@ -43,19 +44,15 @@ FINDING_LABELS = (
 def suspect_labels(kind: str, suspect: str) -> dict[str, str]:
     """The node, GPU and NIC labels of a suspect id: ``node-001/gpu3`` -> node and Hostname
     ``node-001``, gpu ``3``; ``node-001/mlx5_0:1`` -> device ``mlx5_0``, port ``1``; a node
-    is its own node; ranks, links and switches name no node (empty labels)."""
-    labels = {"node": "", "Hostname": "", "gpu": "", "device": "", "port": ""}
-    if kind == "node":
-        labels["node"] = labels["Hostname"] = suspect
-    elif kind in ("gpu", "port") and "/" in suspect:
-        node, part = suspect.split("/", 1)
-        labels["node"] = labels["Hostname"] = node
-        if kind == "gpu":
-            labels["gpu"] = part.removeprefix("gpu")
-        else:
-            device, _, port = part.partition(":")
-            labels["device"], labels["port"] = device, port
-    return labels
+    is its own node; ranks, fabric links and switches name no node (empty labels)."""
+    place = suspect_place(kind, suspect)
+    return {
+        "node": place.node or "",
+        "Hostname": place.node or "",
+        "gpu": place.gpu or "",
+        "device": place.device or "",
+        "port": place.port or "",
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +112,6 @@ class FindingCollector(Collector):
         yield scores
 
 
-def _version() -> str:
-    try:
-        return metadata.version("c4")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 class StreamMetrics:
     """Counters of what a worker took, rejected and concluded, and how long it took."""
 
@@ -130,7 +120,7 @@ class StreamMetrics:
         self.build = Gauge(
             "c4_build_info", "The c4 version this worker runs", ["version"], registry=self.registry
         )
-        self.build.labels(_version()).set(1)
+        self.build.labels(installed_version()).set(1)
         self.messages = Counter(
             "c4_stream_messages",
             "Decoded v1 messages taken, by kind",

@@ -35,10 +35,9 @@ from c4.stack.supervise import (
     locked,
     our_pid,
     run_tool,
-    send_signal,
     spawn,
+    stop_pid,
     taken_port,
-    wait_gone,
     wait_ready,
 )
 
@@ -305,21 +304,6 @@ def _prober(settings: Settings, name: str) -> Callable[[float], bool]:
     return probe
 
 
-def _stop(component: Component, pid: int, first: signal.Signals = signal.SIGTERM) -> None:
-    for signum in (first, signal.SIGKILL):
-        send_signal(component, pid, signum)
-        if wait_gone(pid, STOP_TIMEOUT_S):
-            break
-    else:
-        message = f"{component.name} pid {pid} survived SIGKILL: kill it by hand"
-        raise StackError(message)
-    # An exited main thread reads as gone while the process's last threads still hold its ports.
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while taken_port(component) is not None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    component.pid_file.unlink(missing_ok=True)
-
-
 def kube_up(settings: Settings, progress: Progress | None = None) -> list[ComponentStatus]:
     """Start etcd and kube-apiserver unless ours already run (reused); return once /readyz is
     ok, both users' kubeconfigs written. A port held by another process, or no kube-apiserver
@@ -336,7 +320,7 @@ def kube_up(settings: Settings, progress: Progress | None = None) -> list[Compon
         if etcd.name not in running and apiserver.name in running:
             # A new etcd starts empty: the apiserver must start again (and would not shut down
             # gracefully within STOP_TIMEOUT_S without its etcd).
-            _stop(apiserver, running.pop(apiserver.name), signal.SIGKILL)
+            stop_pid(apiserver, running.pop(apiserver.name), STOP_TIMEOUT_S, signal.SIGKILL)
         for component in daemons:
             taken = None if component.name in running else taken_port(component)
             if taken is not None:
@@ -382,12 +366,7 @@ def kube_down(settings: Settings) -> list[ComponentStatus]:
                 component.pid_file.unlink(missing_ok=True)
                 statuses.append(component_status(component))
                 continue
-            began = time.monotonic()
-            _stop(component, pid)
-            detail = f"stopped pid {pid} ({time.monotonic() - began:.1f} s)"
-            statuses.append(
-                ComponentStatus(component.name, "stopped", None, component.address, detail)
-            )
+            statuses.append(stop_pid(component, pid, STOP_TIMEOUT_S))
     return list(reversed(statuses))
 
 

@@ -11,7 +11,6 @@ collector's folder, unused, is put there).
 
 from __future__ import annotations
 
-import signal
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -26,9 +25,8 @@ from c4.stack.supervise import (
     locked,
     our_pid,
     port_answers,
-    send_signal,
     spawn,
-    wait_gone,
+    stop_pid,
     wait_ready,
 )
 
@@ -128,16 +126,9 @@ def start_node_exporter(
         try:
             wait_ready(component, pid, _metrics_probe(component), timeout_s)
         except StackError:
-            _stop(component, pid)
+            stop_pid(component, pid, STOP_TIMEOUT_S)
             raise
     return NodeExporter(component, pid)
-
-
-def _stop(component: Component, pid: int) -> None:
-    send_signal(component, pid, signal.SIGTERM)
-    if not wait_gone(pid, STOP_TIMEOUT_S):
-        send_signal(component, pid, signal.SIGKILL)
-        wait_gone(pid, STOP_TIMEOUT_S)
 
 
 def stop_node_exporter(component: Component) -> bool:
@@ -147,6 +138,5 @@ def stop_node_exporter(component: Component) -> bool:
         if pid is None:
             component.pid_file.unlink(missing_ok=True)
             return False
-        _stop(component, pid)
-        component.pid_file.unlink(missing_ok=True)
+        stop_pid(component, pid, STOP_TIMEOUT_S)
         return True

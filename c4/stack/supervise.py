@@ -354,9 +354,31 @@ def send_signal(component: Component, pid: int, signum: signal.Signals) -> None:
             os.kill(pid, signum)
 
 
+def stop_pid(
+    component: Component, pid: int, timeout_s: float, first: signal.Signals = signal.SIGTERM
+) -> ComponentStatus:
+    """Stop one of our processes (``first``, then SIGKILL after ``timeout_s``), wait until its
+    ports are free, remove its pid file; its status now. The caller holds the lock."""
+    began = time.monotonic()
+    for signum in (first, signal.SIGKILL):
+        send_signal(component, pid, signum)
+        if wait_gone(pid, timeout_s):
+            break
+    else:
+        message = f"{component.name} pid {pid} survived SIGKILL: kill it by hand"
+        raise StackError(message)
+    # An exited main thread reads as gone while the process's last threads still hold its ports.
+    deadline = time.monotonic() + timeout_s
+    while taken_port(component) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    component.pid_file.unlink(missing_ok=True)
+    detail = f"stopped pid {pid} ({time.monotonic() - began:.1f} s)"
+    return ComponentStatus(component.name, "stopped", None, component.address, detail)
+
+
 def stop_ours(component: Component, timeout_s: float) -> ComponentStatus:
-    """Stop the process our pid file names (SIGTERM, then SIGKILL after ``timeout_s``);
-    idempotent: a component not running (or never started) is reported as it is."""
+    """Stop the process our pid file names (`stop_pid`); idempotent: a component not running
+    (or never started) is reported as it is."""
     if not component.run_dir.is_dir():
         return component_status(component)
     with locked(component.lock_file):
@@ -364,14 +386,4 @@ def stop_ours(component: Component, timeout_s: float) -> ComponentStatus:
         if pid is None:
             component.pid_file.unlink(missing_ok=True)
             return component_status(component)
-        began = time.monotonic()
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            send_signal(component, pid, signum)
-            if wait_gone(pid, timeout_s):
-                break
-        else:
-            message = f"{component.name} pid {pid} survived SIGKILL: kill it by hand"
-            raise StackError(message)
-        component.pid_file.unlink(missing_ok=True)
-    detail = f"stopped pid {pid} ({time.monotonic() - began:.1f} s)"
-    return ComponentStatus(component.name, "stopped", None, component.address, detail)
+        return stop_pid(component, pid, timeout_s)

@@ -34,29 +34,12 @@ from c4.stack.prometheus import (
     prometheus_up,
     set_targets,
 )
+from tests.integration.test_demo_cli import SCENARIO as DEMO_SCENARIO
 
 pytestmark = pytest.mark.integration
 
-SCENARIO = {
-    "name": "prometheus-demo",
-    "seed": 3,
-    "duration_s": 30,
-    "emit_routes": True,
-    "jobs": [
-        {"id": "job-a", "ranks": 32, "compute_ms": 150},
-        {"id": "job-b", "ranks": 16, "compute_ms": 120},
-    ],
-    "faults": [
-        {"type": "process_stuck", "job": "job-b", "rank": 9, "at_s": 8},
-        {
-            "type": "port_degraded",
-            "node": "node-001",
-            "port": "mlx5_2:1",
-            "factor": 0.5,
-            "at_s": 14,
-        },
-    ],
-}
+# The demo test's small scenario: a stuck process in job-b, a degraded port on node-001.
+SCENARIO = {**DEMO_SCENARIO, "name": "prometheus-demo"}
 # The alerts the two faults must raise, with the labels c4 puts on them.
 EXPECTED = {
     "C4JobHang": {
