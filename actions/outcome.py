@@ -34,7 +34,7 @@ class Reason(StrEnum):
     NOT_IN_JOB = "not_in_job"
     NO_TARGET = "no_target"
     NO_RECEIVER = "no_receiver"
-    KEPT_OUT = "kept_out"  # a correlator's fabric link stays out of the plan until released
+    KEPT_OUT = "kept_out"  # a link, port or switch stays out of the plan until released
     EARLIER_RUN = "earlier_run"  # the finding is about a run the scheduler restarted since
     # failed: the action was attempted and did not happen
     UNKNOWN_TARGET = "unknown_target"

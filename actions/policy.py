@@ -23,6 +23,8 @@ NODE_LEVEL = frozenset({"node", "gpu", "rank"})
 STATEFUL = ("isolate", "restart")
 # Suspects the fabric correlator names from slow paths (a port's come from its counters).
 CORRELATED = frozenset({"link", "switch"})
+# What a resolved finding may keep out of the plan until released (`kept_out`).
+KEPT_OUT_KINDS = CORRELATED | {"port"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,14 +95,15 @@ def kept_out(diagnosis: Diagnosis, suspect_type: str) -> bool:
 
     A correlator's ``link_degraded`` of no job, naming a fabric link or a switch, rests on
     slow paths through it; the reroute took them away, so it resolves because of our own
-    action. Giving the link back would bring the traffic, then the finding, back (a flap):
-    it stays out until an operator releases it (see `actions.reroute_executor`).
+    action. A degraded port's flows failed over to its NIC's sibling port, so nothing slow
+    crosses it any more either. Giving either back would bring the traffic, then the
+    finding, back (a flap): it stays out until an operator releases it (see
+    `actions.reroute_executor`).
     """
     return (
         diagnosis.state == "resolved"
-        and diagnosis.job is None
         and diagnosis.class_ == "link_degraded"
-        and suspect_type in CORRELATED
+        and (suspect_type == "port" or (diagnosis.job is None and suspect_type in CORRELATED))
     )
 
 

@@ -16,13 +16,14 @@ paths of a plan that never came into force. A resolved diagnosis gives its links
 are usable again and the plan in force says so (with the default incremental mode no flow
 moves back onto them; with ``best`` flows move when that lowers ``max_util``).
 
-Except the correlator's: a ``link_degraded`` finding of no job naming a fabric link or a
-switch rests on slow paths through it, and the reroute took those paths away, so it resolves
-because of our own action. Giving the link back would bring the traffic, then the finding,
-back (a flap): the step is skipped (``kept_out``: `actions.policy.kept_out`) and the link
-stays out of the plan until an operator releases it. A port's finding (hardware counters: the
-port reports up or clean again) still gives the port back. An unexpected planner error fails
-the step (``no_route``, logged with its traceback), it never ends the worker.
+Except where the reroute itself ends the finding: a ``link_degraded`` finding of no job naming
+a fabric link or a switch rests on slow paths through it, and the reroute took those paths
+away; a degraded port's flows failed over to the sibling port of its NIC. Either resolves
+because of our own action, and giving it back would bring the traffic, then the finding, back
+(a flap): the step is skipped (``kept_out``: `actions.policy.kept_out`) and the link or port
+stays out of the plan until an operator releases it (`give_back`). A port that went down and
+came up again (``link_down``, the port's own state) is given back. An unexpected planner error
+fails the step (``no_route``, logged with its traceback), it never ends the worker.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from actions.planner.reroute import (
     node_routes,
     reroute,
 )
-from actions.policy import CORRELATED, Step, kept_out
+from actions.policy import KEPT_OUT_KINDS, Step, kept_out
 from actions.state import StateError
 from actions.state.model import Claim
 from actions.state.protocols import ActiveJobs, ClaimRecords, FabricSource
@@ -213,7 +214,7 @@ class RerouteExecutor(Executor):
 
 @dataclass(frozen=True, slots=True)
 class GivenBack:
-    """A kept-out link or switch back in the plan: the new plan and what it moved."""
+    """A kept-out link, port or switch back in the plan: the new plan and what it moved."""
 
     plan: str
     links: tuple[str, ...]
@@ -233,14 +234,15 @@ def give_back(
     now_ns: int,
     actor: str,
 ) -> GivenBack | None:
-    """An operator released a link or switch: if the plan in force keeps it out, replan
-    with it usable again, publish the routes, then put the plan in force (compare-and-set).
+    """An operator released a link, port or switch: if the plan in force keeps it out,
+    replan with it usable again, publish the routes, then put the plan in force
+    (compare-and-set); a port's failed-over flows come back to it.
 
     None when the plan in force does not keep it out (nothing to give back). `RerouteError`
     when it is not in the fabric; `StalePlanError` when another plan came into force
     meanwhile (run it again); `StoreUnavailableError` when Redis is away.
     """
-    if kind not in CORRELATED:
+    if kind not in KEPT_OUT_KINDS:
         return None
     current = plans.current()
     loaded = fabric.fabric()

@@ -203,7 +203,7 @@ class PlanStage:
 class MarkStage:
     """mark: components named but not isolated become suspect; resolved, healthy again.
 
-    A resolved correlator's link or switch that the reroute keeps out (`kept_out`) is
+    A resolved finding's link, port or switch that the reroute keeps out (`kept_out`) is
     isolated instead: out of service until an operator releases it (``c4 state release``,
     which gives it back to the plan).
     """

@@ -144,8 +144,13 @@ class NodeAgent:
         off, idx = self.offset, member.index
         before = ts - self.interval
         runs = member.runs
-        size = len(member.comm.members)
-        prev = (idx - 1) % size
+        comm = member.comm
+        size = len(comm.members)
+        ring = comm.ring or ()
+        prev = comm.prev[idx] if ring else (idx - 1) % size
+        # Only connections between two nodes cross the member's port; NVLink ones do not.
+        sends = bool(ring) and ring[idx].src_port is not None
+        receives = bool(ring) and ring[prev].src_port is not None
         seqs: list[int] = []
         names: list[OpName] = []
         sizes: list[int] = []
@@ -171,17 +176,18 @@ class NodeAgent:
             if not finished:
                 break  # in flight or hung: the member has started nothing after it
             if member.port is not None and run.busy is not None:
-                out_bytes += run.conn_bytes
-                in_bytes += run.conn_bytes
-                out_busy += run.busy[idx]
-                in_busy += run.busy[prev]
+                if sends:
+                    out_bytes += run.conn_bytes
+                    out_busy += run.busy[idx]
+                if receives:
+                    in_bytes += run.conn_bytes
+                    in_busy += run.busy[prev]
             i += 1
         member.ptr = i
         if member.port is not None and i < len(runs):
             stuck, dead = self._stuck(runs[i], idx, ts)
-            out_busy += stuck if idx in dead else 0
-            in_busy += stuck if prev in dead else 0
-        comm = member.comm
+            out_busy += stuck if sends and idx in dead else 0
+            in_busy += stuck if receives and prev in dead else 0
         conns = None
         if member.port is not None:
             member.port.tx += out_bytes
@@ -194,11 +200,15 @@ class NodeAgent:
                     peer=(prev,), port=(local,), bytes=(out_bytes,), busy_ns=(out_busy,)
                 )
             else:
+                # The connection it sends on (to its ring successor) and the one it receives
+                # on, those that cross its port.
+                peers = [(ring[idx].dst, out_bytes, out_busy)] if sends else []
+                peers += [(prev, in_bytes, in_busy)] if receives else []
                 conns = Conns.model_construct(
-                    peer=((idx + 1) % size, prev),
-                    port=(local, local),
-                    bytes=(out_bytes, in_bytes),
-                    busy_ns=(out_busy, in_busy),
+                    peer=tuple(peer for peer, _, _ in peers),
+                    port=(local,) * len(peers),
+                    bytes=tuple(sent for _, sent, _ in peers),
+                    busy_ns=tuple(busy for _, _, busy in peers),
                 )
         return Collective.of(
             job=member.job,
@@ -347,7 +357,8 @@ def _add_members(agent: NodeAgent, run: JobRun, first: int, used: int) -> None:
         for index, rank in enumerate(comm.members):
             if rank not in on_node:
                 continue
-            port = agent.ports[local_port(rank % GPUS_PER_NODE)] if comm.ring else None
+            on_port = comm.on_port(index)
+            port = agent.ports[local_port(rank % GPUS_PER_NODE)] if on_port else None
             member = _Member(run.job.spec.id, comm, run.runs[comm.id], index, rank, port)
             agent.members.append(member)
     # Each rank's reports in a fixed order: by rank, then communicator.
@@ -379,9 +390,9 @@ def _apply_faults(cluster: Cluster, scenario: Scenario, agents: dict[str, NodeAg
                 window = Window(onset, until, fault.factor)
             for job in cluster.jobs:
                 for comm in job.comms:
-                    for conn in comm.ring or ():
+                    for conn in comm.network():
                         if fault.link in conn.links:
-                            node, _, local = conn.dst_port.partition("/")
+                            node, _, local = str(conn.dst_port).partition("/")
                             if node in agents:
                                 agents[node].ports[local].lossy.append((window, window.factor))
         elif isinstance(fault, SlowGpu | GpuStop):

@@ -1,9 +1,11 @@
 """Where a scenario runs: its jobs placed on the topology, their communicators and rings.
 
 Rank ``r`` of a job runs on the job's node ``r // 8``, GPU ``r % 8``, NIC port ``mlx5_<gpu>:1``.
-The data-parallel communicator is a ring over all ranks; connection ``k -> k+1`` leaves through
-member k's port and arrives at member k+1's port, crossing a leaf~spine~leaf path between two
-leaves (the spine chosen by the fabric's ECMP hash, as a real leaf would).
+A communicator's connections are the hops of `topology.traffic` (the model the planner uses
+too): a hop between two nodes leaves through the sender's port and arrives at the receiver's,
+crossing a leaf~spine~leaf path between two leaves (the spine chosen by the fabric's ECMP
+hash, as a real leaf would); a hop inside a node is NVLink; a communicator inside one node has
+no connection on a port at all.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from topology import TopologyError
 from topology.ecmp import SPORT_MAX, SPORT_MIN, Crc32Hash, Ecmp
 from topology.generate import Shape, generate
 from topology.model import Fabric
+from topology.traffic import network_hops, ring_hops
 
 NVLINK_GBPS = 2400.0  # ~300 GB/s per direction: tensor-parallel rings stay inside a node
 _NODE_NUMBER = re.compile(r"^node-(\d+)$")
@@ -40,12 +43,13 @@ _NODE_NUMBER = re.compile(r"^node-(\d+)$")
 
 @dataclass(frozen=True, slots=True)
 class Conn:
-    """One ring connection, member ``src`` to the next: the ports and fabric links it crosses."""
+    """One connection, member ``src`` to its ring successor: the ports and links it crosses."""
 
     src: int
     dst: int
-    src_port: str  # global port ids, ``node-000/mlx5_0:1``
-    dst_port: str
+    # Global port ids, ``node-000/mlx5_0:1``; None for a hop over NVLink inside a node.
+    src_port: str | None
+    dst_port: str | None
     via: str | None
     links: tuple[str, ...]  # fabric links crossed, leaf~spine up then down
     gbps: float  # nominal: the ports' speed and each fabric link's fair share
@@ -60,8 +64,24 @@ class Comm:
     name: str
     kind: str  # "dp", "tp", "ep" or "pp" (a point-to-point pair of neighbouring stages)
     members: tuple[int, ...]
-    # None: NVLink inside one node, no NIC port involved. A pair's ring is its two directions.
+    # None: NVLink inside one node, no NIC port involved. Else one connection per member,
+    # ``ring[k].src == k``; a pair's ring is its two directions.
     ring: tuple[Conn, ...] | None
+    # Per member: the member whose connection arrives at it (its ring predecessor).
+    prev: tuple[int, ...] = ()
+
+    def network(self) -> tuple[Conn, ...]:
+        """The connections on NIC ports (a hop between two nodes), in sender order."""
+        return tuple(conn for conn in self.ring or () if conn.src_port is not None)
+
+    def on_port(self, member: int) -> bool:
+        """Whether the member sends or receives on its NIC port in this communicator."""
+        if self.ring is None:
+            return False
+        return (
+            self.ring[member].src_port is not None
+            or self.ring[self.prev[member]].src_port is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,9 +268,9 @@ class _Ends:
     """Where ring connection ``src -> dst`` of a communicator starts and ends."""
 
     src: int
-    src_port: str
+    src_port: str | None  # None: NVLink inside a node
     dst: int
-    dst_port: str
+    dst_port: str | None
     sport: int
 
 
@@ -263,23 +283,21 @@ class _Ring:
 
 
 def _rings(spec: JobSpec, nodes: tuple[str, ...]) -> dict[str, _Ring | None]:
-    """Per group name, its ring over the members' NIC ports (None: inside one node)."""
+    """Per group name, its connections (`topology.traffic`; None: inside one node)."""
     found: dict[str, _Ring | None] = {}
     for group in groups(spec):
         members = group.members
-        # NVLink inside one node, no NIC port involved; a plain job's data-parallel ring
-        # always goes over the ports (one of a single node too, as the suite has it).
-        inside = len({m // GPUS_PER_NODE for m in members}) < 2
-        if group.kind == "tp" or (inside and spec.parallel is not None):
-            found[group.name] = None
+        where = [m // GPUS_PER_NODE for m in members]
+        if group.kind == "tp" or not network_hops(where):
+            found[group.name] = None  # NVLink inside one node, no NIC port involved
             continue
-        n = len(members)
         ends = []
-        for k in range(n):
-            nxt = (k + 1) % n
+        for k, nxt in sorted(ring_hops(where)):  # by sender: ``ring[k].src == k``
             a, b = members[k], members[nxt]
-            src = f"{nodes[a // GPUS_PER_NODE]}/{local_port(a % GPUS_PER_NODE)}"
-            dst = f"{nodes[b // GPUS_PER_NODE]}/{local_port(b % GPUS_PER_NODE)}"
+            src = dst = None
+            if where[k] != where[nxt]:
+                src = f"{nodes[a // GPUS_PER_NODE]}/{local_port(a % GPUS_PER_NODE)}"
+                dst = f"{nodes[b // GPUS_PER_NODE]}/{local_port(b % GPUS_PER_NODE)}"
             # The RDMA stack picks a source port per queue pair: a stable hash stands in.
             key = f"{spec.id}/{group.name}/{k}".encode()
             sport = SPORT_MIN + zlib.crc32(key) % (SPORT_MAX - SPORT_MIN + 1)
@@ -305,6 +323,9 @@ def _routes(
             if ring is None:
                 continue
             for end in ring.ends:
+                if end.src_port is None or end.dst_port is None:
+                    routes[(job, name, end.src)] = (None, ())  # NVLink
+                    continue
                 a, b = fabric.index_of(end.src_port), fabric.index_of(end.dst_port)
                 leaf_a, leaf_b = fabric.port_leaf[a], fabric.port_leaf[b]
                 if leaf_a == leaf_b:
@@ -345,7 +366,10 @@ def _job(
             conns = []
             for end in ring.ends:
                 via, hops = routes[(spec.id, group.name, end.src)]
-                gbps = min(speeds[end.src_port], speeds[end.dst_port])
+                if end.src_port is None or end.dst_port is None:
+                    gbps = NVLINK_GBPS
+                else:
+                    gbps = min(speeds[end.src_port], speeds[end.dst_port])
                 for link, direction in hops:
                     # Flows that share a directed link share its capacity (ECMP collisions).
                     gbps = min(gbps, speeds[link] / shares[(group.kind, link, direction)])
@@ -354,7 +378,10 @@ def _job(
                     Conn(end.src, end.dst, end.src_port, end.dst_port, via, links, gbps, end.sport)
                 )
         ring_conns = None if conns is None else tuple(conns)
-        comms.append(Comm(ident, group.name, group.kind, group.members, ring_conns))
+        prev = [0] * len(group.members)
+        for conn in ring_conns or ():
+            prev[conn.dst] = conn.src
+        comms.append(Comm(ident, group.name, group.kind, group.members, ring_conns, tuple(prev)))
     return PlacedJob(spec, nodes, tuple(comms))
 
 

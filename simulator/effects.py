@@ -170,8 +170,8 @@ class Path:
     """What a ring connection crosses from ``since_ns``: its two ports and fabric links."""
 
     since_ns: int
-    src_port: str
-    dst_port: str
+    src_port: str | None  # None: NVLink inside a node (no port, no fabric link)
+    dst_port: str | None
     links: tuple[str, ...]
 
 
@@ -186,8 +186,8 @@ def _path_moves(cluster: Cluster, scenario: Scenario, job: PlacedJob) -> dict[st
     prefix = f"{job.spec.id}/"
     for change in sorted(scenario.path_changes, key=lambda c: c.at_s):
         conn = conns.get(change.flow)
-        if conn is None:
-            continue
+        if conn is None or conn.src_port is None or conn.dst_port is None:
+            continue  # not a connection on the network: nothing a plan moves
         src = change.src_port or conn.src_port
         dst = change.dst_port or conn.dst_port
         links = cluster.path_links(src, dst, change.via)
@@ -214,8 +214,10 @@ def _bandwidth(
         paths += moves.get(flow, [])
         timed = []
         for path in paths:
-            windows = list(port_windows.get(path.src_port, ()))
-            if path.dst_port != path.src_port:
+            windows: list[Window] = []
+            if path.src_port is not None:
+                windows += port_windows.get(path.src_port, ())
+            if path.dst_port is not None and path.dst_port != path.src_port:
                 windows += port_windows.get(path.dst_port, ())
             for link in path.links:
                 windows += link_windows.get(link, ())

@@ -77,8 +77,8 @@ def route_messages(cluster: Cluster, ts_ns: int) -> Iterator[Route]:
     paths: dict[str, list[RoutePath]] = {}
     for job in cluster.jobs:
         for comm in job.comms:
-            for conn in comm.ring or ():
-                node, _, port = conn.src_port.partition("/")
+            for conn in comm.network():
+                node, _, port = str(conn.src_port).partition("/")
                 flow = f"{job.spec.id}/{comm.id}/{conn.src}->{conn.dst}"
                 paths.setdefault(node, []).append(
                     RoutePath.model_construct(flow=flow, port=port, via=conn.via, sport=conn.sport)

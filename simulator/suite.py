@@ -221,9 +221,9 @@ def shared_link(cluster: Cluster, rng: random.Random) -> str | None:
     pairs: dict[str, set[tuple[str, str]]] = defaultdict(set)
     for job in cluster.jobs:
         for comm in job.comms:
-            for conn in comm.ring or ():
+            for conn in comm.network():
                 for link in conn.links:
-                    pairs[link].add((leaf_of[conn.src_port], leaf_of[conn.dst_port]))
+                    pairs[link].add((leaf_of[str(conn.src_port)], leaf_of[str(conn.dst_port)]))
     # Two unordered leaf pairs through one link: only then do slow paths single it out (with
     # one pair, its uplink at one leaf and its downlink at the other are equally suspect).
     shared = sorted(

@@ -212,8 +212,8 @@ def _fault(rng: random.Random, cluster: Cluster, kind: str, onset: float) -> dic
         return fault | {"type": "gpu_stop", "job": "job-1", "rank": rng.randrange(spec.ranks)}
     if kind in ("port_degraded", "port_degraded_silent", "link_down"):
         # A port that carries data-parallel traffic over the fabric (and its pipeline's).
-        carried = (comm.ring or () for comm in job.comms if comm.kind == "dp")
-        used = sorted({conn.src_port for ring in carried for conn in ring})
+        carried = (comm.network() for comm in job.comms if comm.kind == "dp")
+        used = sorted({str(conn.src_port) for ring in carried for conn in ring})
         if not used:
             return None
         node, _, port = rng.choice(used).partition("/")

@@ -1,14 +1,14 @@
 """Reroute (pure): jobs' placements and a link diagnosis in, v1 route messages per node out.
 
-Traffic model. A running job's traffic is its communicators' rings: for a communicator whose
-members are global ranks ``g0 .. g(n-1)`` in communicator-rank order, member ``i`` sends to
-member ``i+1`` (mod n) from its rank's NIC port to the next rank's port: flow
-``job/comm/i->i+1`` (communicator ranks, the ids the detectors and the simulator use). Each
-hop asks for the line rate of its slower port, as a ring allreduce's hops do, all at once:
-communicators of one job that share ports are counted as if they ran together (a
-conservative over-estimate of their load). Hops between two ranks of one node go over NVLink
-and are not network flows. Hops that cannot be placed (a rank without a port, a port the
-topology does not have, ports in different planes) are listed in ``skipped``, not planned.
+Traffic model: `topology.traffic`, the one the simulator uses too. A running job's traffic is
+its communicators' hops between two nodes (rings laid out rail by rail, a pair's two
+directions; hops inside a node are NVLink), each from its rank's NIC port to the receiving
+rank's port: flow ``job/comm/i->j`` in communicator ranks, the ids the detectors and the
+simulator use. Each hop asks for the line rate of its slower port, as a ring allreduce's hops
+do, all at once: communicators of one job that share ports are counted as if they ran
+together (a conservative over-estimate of their load). Hops that cannot be placed (a rank
+without a place or a port, a port the topology does not have, ports in different planes) are
+listed in ``skipped``, not planned.
 
 Failure model. A link_down or link_degraded diagnosis names its suspects: a fabric link
 (``leaf-0a~spine-3``), a port (``node-001/mlx5_3:1``: its cable), or a switch (every link of
@@ -37,6 +37,7 @@ from schemas.messages import Diagnosis, Job, Route, RoutePath
 from topology import TopologyError
 from topology.ecmp import SwitchHash
 from topology.model import Fabric
+from topology.traffic import flow_id, network_hops
 
 REROUTE_CLASSES = frozenset({"link_down", "link_degraded"})
 LINK_SUSPECTS = frozenset({"link", "port", "switch"})
@@ -83,7 +84,7 @@ class Reroute:
 
 
 def job_flows(fabric: Fabric, jobs: Iterable[Job]) -> JobFlows:
-    """The ring-hop flows of every running job (see the module doc), in job and comm order."""
+    """The network flows of every running job (see the module doc), in job and comm order."""
     latest: dict[str, Job] = {}
     for job in jobs:
         if job.job not in latest or job.ts_ns >= latest[job.job].ts_ns:
@@ -96,17 +97,15 @@ def job_flows(fabric: Fabric, jobs: Iterable[Job]) -> JobFlows:
             continue
         places = {place.rank: place for place in job.ranks}
         for comm, members in sorted(job.comms.items()):
-            n = len(members)
-            for i in range(n if n > 1 else 0):
-                j = (i + 1) % n
-                flow = f"{name}/{comm}/{i}->{j}"
+            # A rank without a place is a node of its own: its hops are named, not planned.
+            nodes = [places[rank].node if rank in places else f"?{rank}" for rank in members]
+            for i, j in network_hops(nodes):
+                flow = flow_id(name, comm, i, j)
                 a, b = places.get(members[i]), places.get(members[j])
                 if a is None or b is None:
                     missing = members[i] if a is None else members[j]
                     skipped.append(f"{flow}: rank {missing} has no place")
                     continue
-                if a.node == b.node:
-                    continue  # NVLink inside the node
                 if a.port is None or b.port is None:
                     missing = members[i] if a.port is None else members[j]
                     skipped.append(f"{flow}: rank {missing} has no port")
@@ -185,7 +184,7 @@ def reroute(
     down = before - set(links) if diagnosis.state == "resolved" else before | set(links)
     ordered = tuple(sorted(down))
     traffic = job_flows(fabric, jobs)
-    routable, failed_over, stranded = _route_around_cables(fabric, traffic.flows, down)
+    routable, failed_over, stranded = route_around_cables(fabric, traffic.flows, down)
     flows = Flows(v=1, kind="flows", flows=tuple(routable), down=())
     new_id = plan_id(current.id if current else None, diagnosis.id, diagnosis.state, ordered)
     strategy: Strategy = "full"
@@ -217,7 +216,7 @@ def reroute(
     )
 
 
-def _route_around_cables(
+def route_around_cables(
     fabric: Fabric, flows: tuple[Flow, ...], down: set[str]
 ) -> tuple[list[Flow], list[str], list[str]]:
     """Flows with a usable path; those failed over to sibling ports; those stranded."""
@@ -273,9 +272,7 @@ def _same_nic(fabric: Fabric, port: str, down: set[str]) -> list[str]:
     return [p for p in (port, *others) if p not in down]
 
 
-def link_utilization(
-    fabric: Fabric, result: Plan, demand: Mapping[str, float]
-) -> dict[str, float]:
+def link_utilization(fabric: Fabric, result: Plan, demand: Mapping[str, float]) -> dict[str, float]:
     """Each loaded link's utilisation under a plan: the busier direction's demand over the
     link's capacity. A path runs up its first half (source cable, leaf to spine) and down
     its second (spine to leaf, destination cable); flows without a demand count nothing."""

@@ -93,12 +93,12 @@ class LiveSimulator(threading.Thread):
         self._paths: dict[str, Path] = {
             f"{job.spec.id}/{comm.id}/{conn.src}->{conn.dst}": (
                 conn.via,
-                conn.src_port,
-                conn.dst_port,
+                str(conn.src_port),  # network(): never None
+                str(conn.dst_port),
             )
             for job in cluster.jobs
             for comm in job.comms
-            for conn in comm.ring or ()
+            for conn in comm.network()
         }
         self._plan_id: str | None = None
         self.sent = 0

@@ -34,7 +34,7 @@ def simulator_plan(topology: Topology, cluster: Cluster, ts_ns: int) -> CurrentP
         f"{job.spec.id}/{comm.id}/{conn.src}->{conn.dst}": conn
         for job in cluster.jobs
         for comm in job.comms
-        for conn in comm.ring or ()
+        for conn in comm.network()
     }
     jobs = [job_message(job, ts_ns) for job in cluster.jobs]
     paths = []

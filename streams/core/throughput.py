@@ -58,6 +58,11 @@ class ConnThroughputs:
         """Take the connections' references from a snapshot."""
         self._conn_ref = {str(k): (float(ref), int(moved)) for k, (ref, moved) in refs.items()}
 
+    def reference(self, comm: str, rank: int, peer: int) -> float:
+        """A connection's own past throughput as `fell` last held it against (0: none)."""
+        known = self._conn_ref.get(f"{comm}/{rank}->{peer}")
+        return 0.0 if known is None else known[0]
+
     def fell(self, tracker: CommTracker, now: dict[tuple[int, int], float]) -> set[tuple[int, int]]:
         """Connections of a group slower than they were on their current path.
 

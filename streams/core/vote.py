@@ -90,9 +90,16 @@ class JobVote:
             src, dst = member_ports[rank], member_ports[peer]
             if src is None or dst is None:
                 continue
-            # Slow against its kind and against its own past (not a share of a busy link).
+            # Slow against its own past, and against its kind (not a share of a busy link);
+            # in a ring, also fallen from at least its kind's typical speed: a connection
+            # alone on its path is faster than the ring's median where ECMP doubles others
+            # up, and a port that halves it may leave it no slower than those.
             fallen = (tracker.comm, rank, peer) in fell
-            below = value < typical[kind] * self._params.slow_conn_share
+            below = value < typical[kind] * self._params.slow_conn_share or (
+                fallen
+                and not kind[1]
+                and self._throughputs.reference(tracker.comm, rank, peer) >= typical[kind]
+            )
             is_slow = below and fallen
             if fallen or not below:
                 others.append((tracker, rank, peer, src, dst, fallen))

@@ -192,5 +192,5 @@ def test_the_simulators_routes_are_the_plan_in_force() -> None:
     for flow, path in by_flow.items():
         assert sim_routes[flow] == path.via
     crossing = [p for p in current.plan.paths if "leaf-1a~spine-a-1" in p.links]
-    assert len(crossing) == 3  # the link the built-in scenario takes down carries 3 flows
+    assert len(crossing) == 12  # the link the built-in scenario takes down carries 12 flows
     assert current.plan.max_util > 0

@@ -87,11 +87,30 @@ JOBS = (
 def test_ring_hops_between_nodes_are_the_flows(fabric: Fabric) -> None:
     found = job_flows(fabric, JOBS)
     ids = [flow.id for flow in found.flows]
-    # Hops 0->1, 2->3, ... stay inside a node (NVLink); 1->2, 3->4, 5->6 and 7->0 cross.
-    assert ids[:4] == ["job-a/c0/1->2", "job-a/c0/3->4", "job-a/c0/5->6", "job-a/c0/7->0"]
-    assert len(ids) == 8 and not found.skipped
-    first = found.flows[0]
-    assert (first.src, first.dst, first.gbps) == ("node-000/mlx5_1:1", "node-002/mlx5_0:1", 200.0)
+    # The ring goes rail by rail (topology.traffic): 0 2 4 6 (GPU 0 of each node), then
+    # 1 3 5 7; every hop crosses two nodes, none is NVLink.
+    assert ids[:8] == [
+        "job-a/c0/0->2",
+        "job-a/c0/2->4",
+        "job-a/c0/4->6",
+        "job-a/c0/6->1",
+        "job-a/c0/1->3",
+        "job-a/c0/3->5",
+        "job-a/c0/5->7",
+        "job-a/c0/7->0",
+    ]
+    assert len(ids) == 16 and not found.skipped
+    first, wrap = found.flows[0], found.flows[3]
+    assert (first.src, first.dst, first.gbps) == ("node-000/mlx5_0:1", "node-002/mlx5_0:1", 200.0)
+    assert (wrap.src, wrap.dst) == ("node-006/mlx5_0:1", "node-000/mlx5_1:1")
+
+
+def test_hops_inside_a_node_are_nvlink(fabric: Fabric) -> None:
+    # Two members on node-000, one on node-002: the ring 0 2 1 has its hop 1->0 inside a
+    # node (NVLink), and the tensor-parallel pair is all inside one.
+    job = make_job("job-n", ["node-000", "node-002"], comms={"c": [0, 1, 2], "tp": [0, 1]})
+    ids = [flow.id for flow in job_flows(fabric, [job]).flows]
+    assert ids == ["job-n/c/0->2", "job-n/c/2->1"]
 
 
 def test_flows_leave_out_what_cannot_be_placed(fabric: Fabric) -> None:
@@ -115,7 +134,7 @@ def test_flows_leave_out_what_cannot_be_placed(fabric: Fabric) -> None:
     )
     found = job_flows(fabric, [JOBS[0], older, stopped, portless])
     assert {f.id.split("/")[0] for f in found.flows} == {"job-a"}
-    assert len(found.flows) == 4  # the newer job-a message wins
+    assert len(found.flows) == 8  # the newer job-a message wins
     assert found.skipped == (
         "job-d/c/0->1: rank 1 has no port",
         "job-d/c/1->2: rank 1 has no port",
@@ -226,23 +245,24 @@ def test_resolved_gives_the_link_back_and_moves_nothing(fabric: Fabric) -> None:
 
 def test_a_down_cable_fails_over_to_the_sibling_ports(fabric: Fabric) -> None:
     current = plan_in_force(fabric)
-    cable = "node-002/mlx5_0:1"  # job-a rank 2's port: hop 1->2 ends there, 2->3 is NVLink
+    cable = "node-002/mlx5_0:1"  # job-a rank 2's port: hop 0->2 ends there, 2->4 leaves it
     result = reroute(fabric, JOBS, current, diagnosis([("port", cable)]), TS)
-    assert result.failed_over == ("job-a/c0/1->2",)
+    assert result.failed_over == ("job-a/c0/0->2", "job-a/c0/2->4")
     assert result.stranded == ()
-    path = next(p for p in result.current.plan.paths if p.flow == "job-a/c0/1->2")
-    assert path.links[0] == "node-000/mlx5_1:2" and path.links[-1] == "node-002/mlx5_0:2"
+    path = next(p for p in result.current.plan.paths if p.flow == "job-a/c0/0->2")
+    assert path.links[0] == "node-000/mlx5_0:2" and path.links[-1] == "node-002/mlx5_0:2"
     assert path.via is not None and path.via.startswith("spine-b-")
     route = next(r for r in result.routes if r.node == "node-000")
-    hop = next(h for h in route.paths if h.flow == "job-a/c0/1->2")
-    assert (hop.port, hop.via) == ("mlx5_1:2", path.via)
-    # With the sibling's cable down as well the flow has nowhere to go.
+    hop = next(h for h in route.paths if h.flow == "job-a/c0/0->2")
+    assert (hop.port, hop.via) == ("mlx5_0:2", path.via)
+    # With the sibling's cable down as well the flows have nowhere to go.
     both = CurrentPlan(current.id, current.plan, ("node-002/mlx5_0:2",), TS)
     stranded = reroute(fabric, JOBS, both, diagnosis([("port", cable)]), TS)
     assert stranded.stranded == (
-        "job-a/c0/1->2: the cable of node-002/mlx5_0:1 is down, no sibling port",
+        "job-a/c0/0->2: the cable of node-002/mlx5_0:1 is down, no sibling port",
+        "job-a/c0/2->4: the cable of node-002/mlx5_0:1 is down, no sibling port",
     )
-    assert "job-a/c0/1->2" not in {p.flow for p in stranded.current.plan.paths}
+    assert "job-a/c0/0->2" not in {p.flow for p in stranded.current.plan.paths}
 
 
 def test_a_hash_model_puts_the_steering_source_port_in_the_route(fabric: Fabric) -> None:

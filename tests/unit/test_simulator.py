@@ -21,6 +21,7 @@ from schemas.codec import Rejection, decode, encode
 from schemas.messages import Collective, Gpu, Job, Link, Route
 from simulator import Scenario, Truth, ground_truth, scenario_from, simulate
 from simulator.cluster import default_topology
+from topology.traffic import ring_hops
 
 S = 1_000_000_000
 T0 = 1_733_130_000 * S
@@ -139,7 +140,10 @@ def test_ring_connections_carry_the_ring_bytes() -> None:
         m for m in collectives(messages, "job-2") if m.conns is not None and m.conns.bytes[0] > 0
     )
     assert m.conns is not None
-    assert m.conns.peer == ((m.rank + 1) % 16, (m.rank - 1) % 16)
+    # The ring goes rail by rail over the two nodes (topology.traffic): 0 8 1 9 ... 7 15.
+    hops = dict(ring_hops([r // 8 for r in range(16)]))
+    before = {b: a for a, b in hops.items()}
+    assert m.conns.peer == (hops[m.rank], before[m.rank])
     assert m.conns.port == (f"mlx5_{m.rank % 8}:1",) * 2
     per_op = 2 * 15 * 16 * 1024 * 1024 // 16  # ring allreduce: 2(n-1)/n of the buffer
     assert m.conns.bytes[0] % per_op == 0
