@@ -403,12 +403,26 @@ def test_a_resolved_correlator_finding_keeps_its_link_out(
     assert test.plans.log == [] and test.plans.plan == current  # nothing replanned or sent
 
 
-def test_a_resolved_port_or_job_finding_still_gives_its_link_back(fabric: Fabric) -> None:
+def test_a_resolved_degraded_port_stays_out_until_released(fabric: Fabric) -> None:
+    # Its flows failed over to the sibling port: nothing slow crosses it, so the finding
+    # resolves because of the reroute; giving it back would flap.
     cable = "node-002/mlx5_0:2"
     start = in_force(fabric)
     current = CurrentPlan(start.id, start.plan, (*start.down, cable), TS)
     port = rig(fabric, current)
     back = diagnosis([("port", cable)], cls="link_degraded", state="resolved")
+    result = run(port, back)
+    assert (result.status, result.reason) == ("skipped", Reason.KEPT_OUT)
+    assert f"c4 state release {cable}" in result.message
+    assert port.plans.log == [] and port.plans.plan == current
+
+
+def test_a_port_up_again_or_a_job_finding_still_gives_its_link_back(fabric: Fabric) -> None:
+    cable = "node-002/mlx5_0:2"
+    start = in_force(fabric)
+    current = CurrentPlan(start.id, start.plan, (*start.down, cable), TS)
+    port = rig(fabric, current)
+    back = diagnosis([("port", cable)], cls="link_down", state="resolved")
     result = run(port, back)
     assert result.status == "done" and cable not in port.plans.saved[0].down
     link = "leaf-3b~spine-b-3"
