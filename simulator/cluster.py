@@ -146,8 +146,14 @@ def comm_id(job: str, name: str) -> str:
     return hashlib.blake2s(f"{job}/{name}".encode(), digest_size=6).hexdigest()
 
 
-def build_cluster(topology: Topology | None, scenario: Scenario) -> Cluster:
-    """Place the scenario's jobs; generate a fitting topology when none is given."""
+def build_cluster(
+    topology: Topology | None, scenario: Scenario, spines: Mapping[str, str] | None = None
+) -> Cluster:
+    """Place the scenario's jobs; generate a fitting topology when none is given.
+
+    ``spines`` (flow id -> spine) routes those connections as a plan says, not by the
+    leaves' ECMP hash: what a fabric running the plan's routes carries.
+    """
     if topology is None:
         topology = default_topology(scenario)
     try:
@@ -161,7 +167,7 @@ def build_cluster(topology: Topology | None, scenario: Scenario) -> Cluster:
         spec.id: _rings(spec, job_nodes)
         for spec, job_nodes in zip(scenario.jobs, placements, strict=True)
     }
-    routes, shares = _routes(fabric, rings)
+    routes, shares = _routes(fabric, rings, spines or {})
     speeds = dict(zip(fabric.link_ids, fabric.link_gbps, strict=True))
     jobs = tuple(
         _job(spec, job_nodes, rings[spec.id], routes, shares, speeds)
@@ -280,6 +286,7 @@ class _Ring:
 
     group: Group
     ends: tuple[_Ends, ...]
+    flow_prefix: str  # ``job/comm/``: a connection's flow id is this and ``src->dst``
 
 
 def _rings(spec: JobSpec, nodes: tuple[str, ...]) -> dict[str, _Ring | None]:
@@ -302,8 +309,16 @@ def _rings(spec: JobSpec, nodes: tuple[str, ...]) -> dict[str, _Ring | None]:
             key = f"{spec.id}/{group.name}/{k}".encode()
             sport = SPORT_MIN + zlib.crc32(key) % (SPORT_MAX - SPORT_MIN + 1)
             ends.append(_Ends(k, src, nxt, dst, sport))
-        found[group.name] = _Ring(group, tuple(ends))
+        found[group.name] = _Ring(group, tuple(ends), f"{spec.id}/{_ident(spec.id, group)}/")
     return found
+
+
+def _ident(job: str, group: Group) -> str:
+    """A communicator's id: its hash, or a pipeline pair's ``<group>:p2p:<lo>-<hi>``."""
+    if group.parent is None:
+        return comm_id(job, group.name)
+    lo, hi = sorted(group.members)
+    return f"{comm_id(job, group.parent)}:p2p:{lo}-{hi}"
 
 
 Route = tuple[str | None, tuple[tuple[str, int], ...]]  # spine, (fabric link, direction)
@@ -311,10 +326,10 @@ RouteKey = tuple[str, str, int]  # job, group name, ring connection
 
 
 def _routes(
-    fabric: Fabric, rings: dict[str, dict[str, _Ring | None]]
+    fabric: Fabric, rings: dict[str, dict[str, _Ring | None]], planned: Mapping[str, str]
 ) -> tuple[dict[RouteKey, Route], Counter[tuple[str, str, int]]]:
-    """The path of every ring connection, and how many connections of one kind (those that
-    carry traffic at the same time) share each directed link."""
+    """The path of every ring connection (``planned`` spines first, else ECMP), and how many
+    connections of one kind (those that carry traffic at the same time) share each link."""
     ecmp = Ecmp(fabric, Crc32Hash())
     routes: dict[RouteKey, Route] = {}
     shares: Counter[tuple[str, str, int]] = Counter()
@@ -331,7 +346,9 @@ def _routes(
                 if leaf_a == leaf_b:
                     routes[(job, name, end.src)] = (None, ())
                     continue
-                spine = ecmp.choose(a, b, end.sport)
+                flow = f"{ring.flow_prefix}{end.src}->{end.dst}"
+                via = planned.get(flow)
+                spine = ecmp.choose(a, b, end.sport) if via is None else _planned(fabric, a, b, via)
                 if spine < 0:
                     message = f"job {job}: {fabric.unreachable(a, b)}"
                     raise ScenarioError(message)
@@ -343,6 +360,14 @@ def _routes(
     return routes, shares
 
 
+def _planned(fabric: Fabric, a: int, b: int, via: str) -> int:
+    """The spine a plan gives the connection between two ports (-1: no path through it)."""
+    spine = fabric.spine_index.get(via, -1)
+    if spine not in fabric.usable_spines(fabric.port_leaf[a], fabric.port_leaf[b]):
+        return -1
+    return spine
+
+
 def _job(
     spec: JobSpec,
     nodes: tuple[str, ...],
@@ -352,14 +377,8 @@ def _job(
     speeds: Mapping[str, float],
 ) -> PlacedJob:
     comms = []
-    parents: dict[str, str] = {}
     for group in groups(spec):
-        if group.parent is not None:
-            parent = parents.setdefault(group.parent, comm_id(spec.id, group.parent))
-            lo, hi = sorted(group.members)
-            ident = f"{parent}:p2p:{lo}-{hi}"
-        else:
-            ident = comm_id(spec.id, group.name)
+        ident = _ident(spec.id, group)
         ring = rings[group.name]
         conns = None
         if ring is not None:

@@ -211,3 +211,97 @@ def compare(
         plan_max_util=max_util(problem, spines),
         plan_jobs=tuple(job_results(problem, spines, load.jobs)),
     )
+
+
+def flow_rates(flow_links: Sequence[Sequence[int]], capacity: Sequence[float]) -> list[float]:
+    """Max-min fair rate of every flow on its own: `max_min_rates` without groups, faster.
+
+    The same progressive filling: the link that fills at the lowest common rate freezes its
+    flows at that rate, and the links they also cross lose that much and one user. A link's
+    level (capacity left over users left) only rises as flows freeze at or below it, so a
+    heap entry is a lower bound: a popped link whose level has risen goes back in at its new
+    level instead of being pushed at every change (many fewer heap operations).
+    """
+    size = len(capacity)
+    users: list[list[int]] = [[] for _ in range(size)]
+    for f, links in enumerate(flow_links):
+        for link in links:
+            users[link].append(f)
+    count = [len(fs) for fs in users]
+    left = [float(c) for c in capacity]
+    heap = [(left[link] / n, link) for link, n in enumerate(count) if n]
+    heapq.heapify(heap)
+    rate = [-1.0] * len(flow_links)
+    pop, push = heapq.heappop, heapq.heappush
+    while heap:
+        t, link = pop(heap)
+        n = count[link]
+        if n == 0:
+            continue
+        level = left[link] / n
+        if level > t:  # it rose since pushed: back in at its level
+            push(heap, (level, link))
+            continue
+        for f in users[link]:
+            if rate[f] >= 0:
+                continue
+            rate[f] = t
+            for other in flow_links[f]:
+                count[other] -= 1
+                left[other] -= t
+    return rate
+
+
+def connection_rates(rates: Sequence[float], qps: int) -> list[float]:
+    """The rate of each connection of ``qps`` consecutive queue-pair flows.
+
+    The connection's bytes are split evenly over its queue pairs, so it ends when its slowest
+    one does: its rate is ``qps`` times its slowest queue pair's rate.
+    """
+    return [qps * min(rates[c : c + qps]) for c in range(0, len(rates), qps)]
+
+
+def low_percentile(values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank value at or below which ``fraction`` of the values lie (0.1: p10)."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def links_max_util(
+    flow_links: Sequence[Sequence[int]],
+    gbps: Sequence[float],
+    flows: Iterable[int],
+    capacity: Sequence[float],
+) -> float:
+    """The largest directed-link utilisation of these flows alone, each at its demand."""
+    load: dict[int, float] = {}
+    for f in flows:
+        g = gbps[f]
+        for link in flow_links[f]:
+            load[link] = load.get(link, 0.0) + g
+    return max((x / capacity[link] for link, x in load.items()), default=0.0)
+
+
+def iteration_ratio(
+    phase_seconds: Sequence[float], ideal_seconds: Sequence[float], compute_ratio: float
+) -> float:
+    """A job's iteration time over its ideal one, in the benchmark's flow-level model.
+
+    The model (not a packet simulator; no overlap of communication with compute, no
+    congestion control, rates fixed for the whole phase): an iteration is its compute and
+    then its phases one after another; a phase takes the bytes of one of its flows over the
+    rate of its slowest flow (the collective waits for its slowest hop):
+
+        iteration = compute + sum over phases of phase_seconds
+        ideal     = compute + sum over phases of ideal_seconds (every flow at its line rate)
+        compute   = compute_ratio x sum of ideal_seconds
+
+    ``compute_ratio`` 0.1 is a communication-bound job, 1.0 a moderately communicating one.
+    """
+    ideal = sum(ideal_seconds)
+    compute = compute_ratio * ideal
+    if ideal <= 0:
+        return 1.0
+    return (compute + sum(phase_seconds)) / (compute + ideal)

@@ -221,24 +221,34 @@ def route_around_cables(
 ) -> tuple[list[Flow], list[str], list[str]]:
     """Flows with a usable path; those failed over to sibling ports; those stranded."""
     links_down = frozenset(fabric.link_indices(sorted(down)))
+    cables = len(fabric.port_ids)
+    # Only pairs of leaves with a down uplink need their spines checked, once a pair.
+    touched = {fabric.link_leaf[link] for link in links_down if link >= cables}
+    reachable: dict[tuple[int, int], bool] = {}
+    nics: dict[tuple[str, str], list[str]] | None = None
     routable: list[Flow] = []
     failed_over: list[str] = []
     stranded: list[str] = []
     for flow in flows:
         src, dst = flow.src, flow.dst
         if src in down or dst in down:
-            pair = _siblings(fabric, src, dst, down)
+            nics = nics if nics is not None else _nic_ports(fabric)
+            pair = _siblings(fabric, nics, src, dst, down)
             if pair is None:
                 cable = src if src in down else dst
                 stranded.append(f"{flow.id}: the cable of {cable} is down, no sibling port")
                 continue
             src, dst = pair
             failed_over.append(flow.id)
-        a, b = fabric.port_index[src], fabric.port_index[dst]
-        la, lb = fabric.port_leaf[a], fabric.port_leaf[b]
-        if la != lb and not fabric.usable_spines(la, lb, links_down):
-            stranded.append(f"{flow.id}: every path from {src} to {dst} crosses a down link")
-            continue
+        la = fabric.port_leaf[fabric.port_index[src]]
+        lb = fabric.port_leaf[fabric.port_index[dst]]
+        if la != lb and (la in touched or lb in touched):
+            ok = reachable.get((la, lb))
+            if ok is None:
+                ok = reachable[(la, lb)] = bool(fabric.usable_spines(la, lb, links_down))
+            if not ok:
+                stranded.append(f"{flow.id}: every path from {src} to {dst} crosses a down link")
+                continue
         routable.append(
             flow
             if (src, dst) == (flow.src, flow.dst)
@@ -247,28 +257,32 @@ def route_around_cables(
     return routable, failed_over, stranded
 
 
-def _siblings(fabric: Fabric, src: str, dst: str, down: set[str]) -> tuple[str, str] | None:
+def _siblings(
+    fabric: Fabric, nics: Mapping[tuple[str, str], list[str]], src: str, dst: str, down: set[str]
+) -> tuple[str, str] | None:
     """Sibling ports of both ends' NICs (same device, another port) in one common plane."""
-    for a in _same_nic(fabric, src, down):
+    for a in _same_nic(nics, src, down):
         plane = fabric.plane_of(a)
-        for b in _same_nic(fabric, dst, down):
+        for b in _same_nic(nics, dst, down):
             if fabric.plane_of(b) == plane:
                 return a, b
     return None
 
 
-def _same_nic(fabric: Fabric, port: str, down: set[str]) -> list[str]:
+def _nic_ports(fabric: Fabric) -> dict[tuple[str, str], list[str]]:
+    """The ports of every NIC: (node, device) -> global port ids (``mlx5_3:1`` is mlx5_3's)."""
+    nics: dict[tuple[str, str], list[str]] = {}
+    for port, info in fabric.ports.items():
+        device = port.partition("/")[2].rpartition(":")[0]
+        if device:
+            nics.setdefault((info.node, device), []).append(port)
+    return nics
+
+
+def _same_nic(nics: Mapping[tuple[str, str], list[str]], port: str, down: set[str]) -> list[str]:
     """The ports of this port's NIC whose cables are up, the port itself first."""
     node, _, local = port.partition("/")
-    device = local.rpartition(":")[0]
-    others = [
-        other
-        for other, info in fabric.ports.items()
-        if device
-        and info.node == node
-        and other != port
-        and other.partition("/")[2].rpartition(":")[0] == device
-    ]
+    others = [other for other in nics.get((node, local.rpartition(":")[0]), ()) if other != port]
     return [p for p in (port, *others) if p not in down]
 
 

@@ -7,7 +7,9 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
+from actions.planner import plan
 from actions.planner.reroute import job_flows
+from schemas.files import Flows
 from simulator.cluster import build_cluster
 from simulator.run import job_message
 from simulator.scenario import scenario_from
@@ -86,3 +88,36 @@ def test_planner_and_simulator_put_the_same_flows_on_the_same_ports() -> None:
     # Every NIC port of the plain job's three nodes sends: the ring goes rail by rail.
     senders = {flow.src for flow in planned.flows if flow.id.startswith("plain/")}
     assert len(senders) == 24
+
+
+def test_the_simulator_runs_a_plan_s_routes_and_its_collisions_go() -> None:
+    scenario = scenario_from(
+        {
+            "name": "planned",
+            "seed": 5,
+            "duration_s": 10,
+            "fabric": {"nodes_per_leaf": 2, "spines": 8},  # 1:1: 16 ports, 8 uplinks of 400G
+            "jobs": [
+                {"id": "a", "ranks": 32, "nodes": ["node-000", "node-002", "node-004", "node-006"]},
+                {"id": "b", "ranks": 32, "nodes": ["node-001", "node-003", "node-005", "node-007"]},
+            ],
+        }
+    )
+    on_ecmp = build_cluster(None, scenario)
+    fabric = Fabric.from_topology(on_ecmp.topology)
+    flows = job_flows(fabric, [job_message(job, T0) for job in on_ecmp.jobs]).flows
+    result = plan(fabric, Flows(v=1, kind="flows", flows=flows))
+    assert result.max_util == 1.0
+    spines = {path.flow: path.via for path in result.paths if path.via is not None}
+    on_plan = build_cluster(on_ecmp.topology, scenario, spines)
+    conns = {
+        f"{job.spec.id}/{comm.id}/{conn.src}->{conn.dst}": conn
+        for job in on_plan.jobs
+        for comm in job.comms
+        for conn in comm.network()
+    }
+    assert {flow: conn.via for flow, conn in conns.items() if conn.via} == spines
+    assert {conn.gbps for conn in conns.values()} == {200.0}  # no two on one link
+    # The leaves' hash puts some on one link: they share it.
+    collided = [c for job in on_ecmp.jobs for comm in job.comms for c in comm.network()]
+    assert min(conn.gbps for conn in collided) < 200.0
