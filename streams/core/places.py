@@ -56,6 +56,22 @@ class Routes(Protocol):
         ...
 
 
+def conn_flow(routes: Routes, job: str, comm: str, rank: int, peer: int) -> str:
+    """The flow a connection sample of ``rank`` with ``peer`` measured.
+
+    A rank reports the connection it sends on and the one it receives on, both as
+    (rank, peer): the second is the flow ``peer->rank``. The plan knows flows by their
+    sender, so a sample's path is its own flow's where the plan has it, else the flow that
+    arrives at the rank; a pair's two directions are both flows, each reported by its sender.
+    """
+    flow = f"{job}/{comm}/{rank}->{peer}"
+    if routes.via(flow) is None:
+        arriving = f"{job}/{comm}/{peer}->{rank}"
+        if routes.via(arriving) is not None:
+            return arriving
+    return flow
+
+
 class PlacementIndex:
     """Which job runs on each GPU and port, from the ``c4.job.v1`` messages."""
 

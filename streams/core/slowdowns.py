@@ -12,7 +12,7 @@ from streams.core.comm import CommTracker
 from streams.core.findings import FindingBook, SuspectScore
 from streams.core.groups import JobGroups
 from streams.core.params import DetectorParams
-from streams.core.places import PortHealth, Routes
+from streams.core.places import PortHealth, Routes, conn_flow
 from streams.core.slowpath import SlowPath
 from streams.core.stats import median_of
 from streams.core.throughput import ConnThroughputs
@@ -181,7 +181,7 @@ class SlowdownCheck:
             src, dst = member_ports[rank], member_ports[peer]
             if src is None or dst is None:
                 continue
-            flow = f"{self._job}/{tracker.comm}/{rank}->{peer}"
+            flow = conn_flow(self._routes, self._job, tracker.comm, rank, peer)
             paths.append(
                 SlowPath(
                     self._job, flow, src, dst, self._routes.via(flow), self._routes.moved_at(flow)

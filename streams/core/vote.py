@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from streams.core.comm import CommTracker
 from streams.core.groups import JobGroups
 from streams.core.params import DetectorParams
-from streams.core.places import PortHealth, Routes
+from streams.core.places import PortHealth, Routes, conn_flow
 from streams.core.slowpath import SlowPath
 from streams.core.stats import median_of
 from streams.core.throughput import ConnThroughputs
@@ -124,7 +124,7 @@ class JobVote:
             for tracker, rank, peer, src, dst in slow_conns:
                 if src in ports or dst in ports:
                     continue
-                flow = f"{self._job}/{tracker.comm}/{rank}->{peer}"
+                flow = conn_flow(self._routes, self._job, tracker.comm, rank, peer)
                 via, moved = self._routes.via(flow), self._routes.moved_at(flow)
                 paths.append(SlowPath(self._job, flow, src, dst, via, moved))
         self._last = (now_ns, ports, paths)
@@ -158,7 +158,7 @@ class JobVote:
         correlator. One that fell at a port that explains it says nothing of its links."""
         seen = []
         for tracker, rank, peer, src, dst, fallen in others:
-            flow = f"{self._job}/{tracker.comm}/{rank}->{peer}"
+            flow = conn_flow(self._routes, self._job, tracker.comm, rank, peer)
             if flow in voting:
                 continue
             if fallen and any(
@@ -181,7 +181,7 @@ class JobVote:
         for tracker, rank, peer, src, dst in slow_conns:
             if port not in (src, dst):
                 continue
-            via = self._routes.via(f"{self._job}/{tracker.comm}/{rank}->{peer}")
+            via = self._routes.via(conn_flow(self._routes, self._job, tracker.comm, rank, peer))
             leaves = self._leaf_of.get(src), self._leaf_of.get(dst)
             if via is None or None in leaves or leaves[0] == leaves[1]:
                 return False  # a path through no known fabric link: only the port explains it
