@@ -94,6 +94,38 @@ def publish_run(
     return sent
 
 
+def follow_run(cluster: Cluster, scenario: Scenario, settings: Settings, speed: float) -> int:
+    """Publish the run live and apply each new plan in force to its paths, as node agents
+    applying their route messages would (the plan store the actions worker keeps in Redis);
+    returns the records sent. Redis away: the paths stay as they are meanwhile."""
+    import redis
+
+    from actions.plan_store import PlanStore, PlanStoreError
+    from actions.planner.reroute import CurrentPlan
+    from actions.state.base import connect
+    from c4.demo.live_sim import LiveSimulator
+
+    password = settings.redis_password.get_secret_value() if settings.redis_password else None
+    plans = PlanStore(connect(settings.redis_url, password), f"{settings.redis_key_prefix}:plan:")
+
+    def current_plan() -> CurrentPlan | None:
+        try:
+            return plans.current()
+        except (redis.RedisError, PlanStoreError):
+            return None
+
+    simulator = LiveSimulator(cluster, scenario, settings, speed, current_plan)
+    simulator.start()
+    simulator.join()
+    if simulator.error is not None:
+        message = f"publishing the run failed: {simulator.error}"
+        raise SimulateError(message)
+    for change in simulator.applied:
+        ports = f" {change.src_port} -> {change.dst_port}" if change.src_port else ""
+        print(f"at {change.at_s:.1f} s {change.flow} via {change.via}{ports}", file=sys.stderr)
+    return simulator.sent
+
+
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     scenario = load_scenario(args.scenario, args.seed)
     topology = load_document(args.topology, "topology", Topology) if args.topology else None
@@ -101,6 +133,9 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if truth_path is None and args.out != "-":
         truth_path = f"{args.out}.truth.jsonl"
     # Every error surfaces here, before any output is written.
+    if args.follow_plans and (not args.kafka or args.batch):
+        message = "--follow-plans needs --kafka and one record per message (no --batch)"
+        raise SimulateError(message)
     if args.start_now:
         scenario = scenario.model_copy(update={"start_ns": time.time_ns()})
     cluster = place(topology, scenario, args.scenario)
@@ -108,7 +143,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.kafka:
         if truth_path is not None:
             Path(truth_path).write_bytes(truth)
-        sent = publish_run(cluster, scenario, settings, args.speed, args.batch)
+        if args.follow_plans:
+            sent = follow_run(cluster, scenario, settings, args.speed)
+        else:
+            sent = publish_run(cluster, scenario, settings, args.speed, args.batch)
         print(f"{sent} messages published to {settings.kafka_bootstrap}", file=sys.stderr)
         return 0
     if args.out == "-":
@@ -157,6 +195,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="each interval's collective messages as one collectives record per job and node, "
         "as node agents send them",
+    )
+    parser.add_argument(
+        "--follow-plans",
+        action="store_true",
+        help="with --kafka: apply each new route plan in force (Redis) to the simulated "
+        "paths, as node agents applying c4.route.v1 would",
     )
     parser.add_argument(
         "--start-now",

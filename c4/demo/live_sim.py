@@ -166,8 +166,8 @@ class LiveSimulator(threading.Thread):
         changes = []
         for path in current.plan.paths:
             known = self._paths.get(path.flow)
-            if known is None or path.via is None:
-                continue  # not a simulated connection, or stranded: nothing to apply
+            if known is None:
+                continue  # not a simulated connection: nothing to apply
             wanted: Path = (path.via, path.links[0], path.links[-1])
             if wanted != known:
                 self._paths[path.flow] = wanted

@@ -54,6 +54,7 @@ def test_demo_services_wired_together() -> None:
     assert "127.0.0.1:8066:8066" in found["dashboard"]["ports"]
     assert found["agent"]["command"][:3] == ["c4", "simulate", "--kafka"]
     assert "--start-now" in found["agent"]["command"]
+    assert "--follow-plans" in found["agent"]["command"]  # the fabric takes the reroutes
     for name, service in found.items():
         for needed in service.get("depends_on", {}):
             assert needed in found, f"{name} depends on unknown service {needed}"
