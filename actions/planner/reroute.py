@@ -1,6 +1,7 @@
 """Reroute (pure): jobs' placements and a link diagnosis in, v1 route messages per node out.
 
-Traffic model: `topology.traffic`, the one the simulator uses too. A running job's traffic is
+Traffic model: `topology.traffic`, the one the simulator uses too (jobs running or restarting:
+a restart's placement is where the job comes back). A job's traffic is
 its communicators' hops between two nodes (rings laid out rail by rail, a pair's two
 directions; hops inside a node are NVLink), each from its rank's NIC port to the receiving
 rank's port: flow ``job/comm/i->j`` in communicator ranks, the ids the detectors and the
@@ -93,8 +94,8 @@ def job_flows(fabric: Fabric, jobs: Iterable[Job]) -> JobFlows:
     skipped: list[str] = []
     for name in sorted(latest):
         job = latest[name]
-        if job.state != "running":
-            continue
+        if job.state == "stopped":
+            continue  # a restarting job's placement is where it is coming back: planned
         places = {place.rank: place for place in job.ranks}
         for comm, members in sorted(job.comms.items()):
             # A rank without a place is a node of its own: its hops are named, not planned.

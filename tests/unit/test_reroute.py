@@ -105,6 +105,15 @@ def test_ring_hops_between_nodes_are_the_flows(fabric: Fabric) -> None:
     assert (wrap.src, wrap.dst) == ("node-006/mlx5_0:1", "node-000/mlx5_1:1")
 
 
+def test_a_restarting_job_is_planned_on_the_nodes_it_comes_back_on(fabric: Fabric) -> None:
+    back = make_job("job-r", ["node-001", "node-005"], state="restarting")
+    flows = job_flows(fabric, [back]).flows
+    assert {flow.src.partition("/")[0] for flow in flows} == {"node-001", "node-005"}
+    assert len(flows) == 4
+    stopped = make_job("job-r", ["node-001", "node-005"], state="stopped", ts_ns=TS + 1)
+    assert job_flows(fabric, [back, stopped]).flows == ()
+
+
 def test_hops_inside_a_node_are_nvlink(fabric: Fabric) -> None:
     # Two members on node-000, one on node-002: the ring 0 2 1 has its hop 1->0 inside a
     # node (NVLink), and the tensor-parallel pair is all inside one.
