@@ -17,14 +17,17 @@ from collections.abc import Iterable
 from actions.planner.problem import Problem
 
 
-def problem_bound(problem: Problem) -> float:
-    """The largest of the bounds above, for a problem."""
+def problem_bound(problem: Problem, cables: bool = True) -> float:
+    """The largest of the bounds above, for a problem; without ``cables``, of the fabric's
+    links alone (what a plan can change: the cables carry the same whatever it does)."""
     fabric, cap = problem.fabric, problem.fabric.directed_gbps
-    cables: dict[int, float] = {}
-    for s, d, g in zip(problem.src, problem.dst, problem.gbps, strict=True):
-        cables[2 * s] = cables.get(2 * s, 0.0) + g
-        cables[2 * d + 1] = cables.get(2 * d + 1, 0.0) + g
-    best = max((load / cap[x] for x, load in cables.items()), default=0.0)
+    best = 0.0
+    if cables:
+        loads: dict[int, float] = {}
+        for s, d, g in zip(problem.src, problem.dst, problem.gbps, strict=True):
+            loads[2 * s] = loads.get(2 * s, 0.0) + g
+            loads[2 * d + 1] = loads.get(2 * d + 1, 0.0) + g
+        best = max((load / cap[x] for x, load in loads.items()), default=0.0)
     fabric_gbps = set(fabric.link_gbps[len(fabric.port_ids) :])
     uniform = next(iter(fabric_gbps)) if len(fabric_gbps) == 1 else None
     pair_capacity: dict[tuple[int, int], float] = {}
