@@ -120,7 +120,11 @@ class JobVote:
             ports = {}  # slow nearly everywhere: no port singled out
         ports = self._without_crowded_nodes(ports)
         paths = []
-        if len(slow_conns) <= max(4, len(samples) // 4):
+        # Slow nearly everywhere says nothing of a path, unless every slow connection crosses
+        # one fabric link: a job on two leaves whose rings cross a degraded link in half
+        # their hops (rail by rail, every hop leaves its node).
+        few = len(slow_conns) <= max(4, len(samples) // 4)
+        if few or self._shared_links(slow_conns):
             for tracker, rank, peer, src, dst in slow_conns:
                 if src in ports or dst in ports:
                     continue
@@ -177,19 +181,24 @@ class JobVote:
     ) -> bool:
         """Whether every slow connection of ``port`` crosses one fabric link (leaf~spine,
         from the plan's spines): that link explains them, the correlator's business."""
+        return bool(self._shared_links([c for c in slow_conns if port in (c[3], c[4])]))
+
+    def _shared_links(
+        self, conns: list[tuple[CommTracker, int, int, str, str]]
+    ) -> set[frozenset[str]]:
+        """The fabric links (leaf, spine pairs) every one of these connections crosses; none
+        when one crosses no known fabric link (inside a leaf, or its spine not known)."""
         shared: set[frozenset[str]] | None = None
-        for tracker, rank, peer, src, dst in slow_conns:
-            if port not in (src, dst):
-                continue
+        for tracker, rank, peer, src, dst in conns:
             via = self._routes.via(conn_flow(self._routes, self._job, tracker.comm, rank, peer))
             leaves = self._leaf_of.get(src), self._leaf_of.get(dst)
             if via is None or None in leaves or leaves[0] == leaves[1]:
-                return False  # a path through no known fabric link: only the port explains it
+                return set()  # a path through no known fabric link: only a port explains it
             links = {frozenset((leaf, via)) for leaf in leaves if leaf is not None}
             shared = links if shared is None else shared & links
             if not shared:
-                return False
-        return bool(shared)
+                return set()
+        return shared or set()
 
 
 def _shadowed(port: str, slow_conns: list[tuple[CommTracker, int, int, str, str]]) -> bool:
