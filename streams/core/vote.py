@@ -122,9 +122,10 @@ class JobVote:
         paths = []
         # Slow nearly everywhere says nothing of a path, unless every slow connection crosses
         # one fabric link: a job on two leaves whose rings cross a degraded link in half
-        # their hops (rail by rail, every hop leaves its node).
+        # their hops (rail by rail, every hop leaves its node). Not once a plan has moved
+        # any of them: a reroute's new load on a link slows them all the same way.
         few = len(slow_conns) <= max(4, len(samples) // 4)
-        if few or self._shared_links(slow_conns):
+        if few or (self._shared_links(slow_conns) and not self._any_moved(slow_conns)):
             for tracker, rank, peer, src, dst in slow_conns:
                 if src in ports or dst in ports:
                     continue
@@ -182,6 +183,14 @@ class JobVote:
         """Whether every slow connection of ``port`` crosses one fabric link (leaf~spine,
         from the plan's spines): that link explains them, the correlator's business."""
         return bool(self._shared_links([c for c in slow_conns if port in (c[3], c[4])]))
+
+    def _any_moved(self, conns: list[tuple[CommTracker, int, int, str, str]]) -> bool:
+        """Whether a route plan ever moved one of these connections."""
+        return any(
+            self._routes.moved_at(conn_flow(self._routes, self._job, t.comm, rank, peer))
+            is not None
+            for t, rank, peer, _, _ in conns
+        )
 
     def _shared_links(
         self, conns: list[tuple[CommTracker, int, int, str, str]]
