@@ -98,23 +98,13 @@ def follow_run(cluster: Cluster, scenario: Scenario, settings: Settings, speed: 
     """Publish the run live and apply each new plan in force to its paths, as node agents
     applying their route messages would (the plan store the actions worker keeps in Redis);
     returns the records sent. Redis away: the paths stay as they are meanwhile."""
-    import redis
-
-    from actions.plan_store import PlanStore, PlanStoreError
-    from actions.planner.reroute import CurrentPlan
+    from actions.plan_store import PlanStore
     from actions.state.base import connect
-    from c4.demo.live_sim import LiveSimulator
+    from c4.demo.live_sim import LiveSimulator, store_reader
 
     password = settings.redis_password.get_secret_value() if settings.redis_password else None
     plans = PlanStore(connect(settings.redis_url, password), f"{settings.redis_key_prefix}:plan:")
-
-    def current_plan() -> CurrentPlan | None:
-        try:
-            return plans.current()
-        except (redis.RedisError, PlanStoreError):
-            return None
-
-    simulator = LiveSimulator(cluster, scenario, settings, speed, current_plan)
+    simulator = LiveSimulator(cluster, scenario, settings, speed, store_reader(plans))
     simulator.start()
     simulator.join()
     if simulator.error is not None:

@@ -14,6 +14,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path as FilePath
 from typing import Protocol
 
+import redis
+
+from actions.plan_store import PlanStore, PlanStoreError
 from actions.planner.reroute import CurrentPlan
 from c4.settings import Settings
 from producers.handoff import FolderSink
@@ -27,6 +30,21 @@ NS_PER_S = 1_000_000_000
 PLAN_CHECK_S = 0.5
 
 PlanReader = Callable[[], CurrentPlan | None]
+
+
+def store_reader(plans: PlanStore) -> PlanReader:
+    """The plan in force in the store; None while Redis is away (a chaos kill, an outage):
+    the simulated fabric keeps its paths meanwhile."""
+
+    def current_plan() -> CurrentPlan | None:
+        try:
+            return plans.current()
+        except (redis.RedisError, PlanStoreError):
+            return None
+
+    return current_plan
+
+
 Path = tuple[str | None, str, str]  # via, source port, destination port
 
 

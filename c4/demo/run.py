@@ -21,11 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-import redis
 import yaml
 
-from actions.plan_store import PlanStore, PlanStoreError
-from actions.planner.reroute import CurrentPlan
+from actions.plan_store import PlanStore
 from actions.state.store import RedisState
 from c4.dashboard.feed import Feed
 from c4.dashboard.server import DashboardServer, Source
@@ -40,7 +38,7 @@ from c4.demo.chaos import (
     kill_plan,
     recovery_table,
 )
-from c4.demo.live_sim import HandoffOutlet, LiveSimulator
+from c4.demo.live_sim import HandoffOutlet, LiveSimulator, store_reader
 from c4.demo.options import DemoOptions, demo_topology, load_demo_scenario, spare_nodes
 from c4.demo.pipeline_watch import PipelineWatch
 from c4.demo.prepare import actions_config, delete_topics, ensure_stack, simulator_plan
@@ -275,14 +273,8 @@ class DemoRun:
         if self.options.chaos_seed is not None:
             self._outlet = HandoffOutlet(self.report / "handoff")
 
-        def current_plan() -> CurrentPlan | None:
-            try:
-                return plans.current()
-            except (redis.RedisError, PlanStoreError):
-                return None  # Redis away (a chaos kill): the fabric keeps its paths meanwhile
-
         self._simulator = LiveSimulator(
-            cluster, scenario, self.settings, self.options.speed, current_plan, self._outlet
+            cluster, scenario, self.settings, self.options.speed, store_reader(plans), self._outlet
         )
         self._simulator.start()
         if self.options.chaos_seed is not None:
