@@ -56,7 +56,7 @@ class NodeWatch:
                     seen[node] = max(seen.get(node, -1), member.last_seen_ns)
         if self._seen_floor is not None:
             floor, nodes = self._seen_floor
-            for node in nodes & seen.keys():
+            for node in seen.keys() & nodes:  # a set (frozenset & keys is one too)
                 seen[node] = max(seen[node], floor)
         return seen
 
