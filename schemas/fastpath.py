@@ -8,15 +8,17 @@ here, of a hot kind or not, goes the models' way, which accepts it after all or 
 why not (code, field path and text): so this path only has to be strict. One that lets an
 invalid document through is a bug; one that sends a valid document the slow way costs time
 only. tests/unit/test_fastpath.py holds both to the same answers, valid input and broken.
-bench/bench_decode.py measures them side by side (1.5-1.7x pydantic here; checks
+bench/bench_decode.py measures them side by side (1.75-2x pydantic here; checks
 written in Python on orjson's result were slower than pydantic's compiled ones).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from operator import ge
+from typing import Annotated, Any, Literal, TypedDict, cast
 
 import msgspec
+from msgspec import UNSET, UnsetType
 from pydantic import BaseModel
 
 from schemas.base import MAX_ID_CHARS, MAX_ITEMS, C4Model
@@ -37,6 +39,9 @@ _MAX_INT = 2**63 - 1
 Count = Annotated[int, msgspec.Meta(ge=0, le=_MAX_INT)]
 Ident = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
 Counts = Annotated[tuple[Count, ...], msgspec.Meta(max_length=MAX_ITEMS)]
+
+# Optional fields default to UNSET, not None: a field given as null is then told from one
+# left out, and is in `model_fields_set` exactly where validation puts it.
 
 
 class _Ops(msgspec.Struct, frozen=True):
@@ -63,24 +68,26 @@ class _Collective(msgspec.Struct, frozen=True, tag_field="kind", tag="collective
     global_rank: Count
     ts_ns: Count
     ops: _Ops
-    node: Ident | None = None
-    gpu: Count | None = None
-    conns: _Conns | None = None
+    node: Ident | None | UnsetType = UNSET
+    gpu: Count | None | UnsetType = UNSET
+    conns: _Conns | None | UnsetType = UNSET
 
 
-class _Counters(msgspec.Struct, frozen=True):
-    tx_bytes: Count | None = None
-    rx_bytes: Count | None = None
-    tx_pkts: Count | None = None
-    rx_pkts: Count | None = None
-    tx_wait: Count | None = None
-    symbol_err: Count | None = None
-    link_down: Count | None = None
-    rx_err: Count | None = None
-    out_of_seq: Count | None = None
-    cnp_sent: Count | None = None
-    cnp_handled: Count | None = None
-    timeout_retrans: Count | None = None
+class _Counters(TypedDict, total=False):
+    """LinkCounters' fields, decoded to a dict of those given (any subset)."""
+
+    tx_bytes: Count | None
+    rx_bytes: Count | None
+    tx_pkts: Count | None
+    rx_pkts: Count | None
+    tx_wait: Count | None
+    symbol_err: Count | None
+    link_down: Count | None
+    rx_err: Count | None
+    out_of_seq: Count | None
+    cnp_sent: Count | None
+    cnp_handled: Count | None
+    timeout_retrans: Count | None
 
 
 class _Link(msgspec.Struct, frozen=True, tag_field="kind", tag="link"):
@@ -90,7 +97,7 @@ class _Link(msgspec.Struct, frozen=True, tag_field="kind", tag="link"):
     ts_ns: Count
     state: Literal["up", "down"]
     counters: _Counters
-    gbps: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    gbps: Annotated[float, msgspec.Meta(ge=0)] | None | UnsetType = UNSET
 
 
 class _Collectives(msgspec.Struct, frozen=True, tag_field="kind", tag="collectives"):
@@ -102,27 +109,35 @@ class _Collectives(msgspec.Struct, frozen=True, tag_field="kind", tag="collectiv
     messages: Annotated[
         tuple[_Collective | _Link, ...], msgspec.Meta(max_length=MAX_BATCH_MESSAGES)
     ]
-    node: Ident | None = None
+    node: Ident | None | UnsetType = UNSET
 
 
 _DECODER = msgspec.json.Decoder(_Collective | _Link | _Collectives)
 _HOT_KINDS = frozenset(("collective", "link"))
 _BATCH_KINDS = frozenset((None, "collective", "collectives"))
-_COUNTER_NAMES = tuple(LinkCounters.model_fields)
+# Fields set that do not depend on the document: every field of Ops and Conns is required,
+# and so are those of Collective and Link but their optional ones.
 _OPS_FIELDS = frozenset(Ops.model_fields)
 _CONNS_FIELDS = frozenset(Conns.model_fields)
+_COLLECTIVE_REQUIRED = frozenset(
+    name for name, field in Collective.model_fields.items() if field.is_required()
+)
+_LINK_REQUIRED = frozenset(name for name, field in Link.model_fields.items() if field.is_required())
+# LinkCounters' __dict__ before the given counters are laid over it: every field, in the
+# model's order (model_dump and encode follow the order of __dict__).
+_NO_COUNTERS: dict[str, object] = dict.fromkeys(LinkCounters.model_fields)
 # The slots every pydantic model has, set as `BaseModel.model_construct` sets them.
 _SLOTS = BaseModel.__dict__
+_set_dict = _SLOTS["__dict__"].__set__
 _set_fields_set = _SLOTS["__pydantic_fields_set__"].__set__
 _set_extra = _SLOTS["__pydantic_extra__"].__set__
 _set_private = _SLOTS["__pydantic_private__"].__set__
-_set_attribute = object.__setattr__
 _new = object.__new__
 
 
 def _assembled(model: type[C4Model], values: dict[str, Any], given: set[str]) -> Any:
     instance = _new(model)
-    _set_attribute(instance, "__dict__", values)
+    _set_dict(instance, values)
     _set_fields_set(instance, given)
     _set_extra(instance, None)
     _set_private(instance, None)
@@ -188,41 +203,43 @@ def _single(wire: _Collective | _Link, kind: str | None) -> C4Model | None:
 
 
 def _collective(wire: _Collective) -> Collective | None:
+    # The x-c4-rules of Ops, Conns and Collective, each over a whole tuple in C where a
+    # builtin can (len, all/map, isdisjoint, in, max) rather than a Python loop per element.
     size, rank = wire.comm_size, wire.rank
     if rank >= size:
         return None
     ops = wire.ops
-    count = len(ops.seq)
-    if not (len(ops.op) == len(ops.bytes) == len(ops.enter_ns) == len(ops.end_ns) == count):
+    names, enters, ends = ops.op, ops.enter_ns, ops.end_ns
+    count = len(enters)
+    if not (len(ops.seq) == len(names) == len(ops.bytes) == len(ends) == count):
         return None
-    for enter, end in zip(ops.enter_ns, ops.end_ns, strict=True):
-        if end is not None and end < enter:
-            return None
-    if size != 2 and not P2P_OPS.isdisjoint(ops.op):
+    if not _ends_in_order(enters, ends):
         return None
+    if size != 2 and not P2P_OPS.isdisjoint(names):
+        return None
+    given = set(_COLLECTIVE_REQUIRED)
+    node, gpu, raw_conns = wire.node, wire.gpu, wire.conns
+    if node is UNSET:
+        node = None
+    else:
+        given.add("node")
+    if gpu is UNSET:
+        gpu = None
+    else:
+        given.add("gpu")
     conns = None
-    raw_conns = wire.conns
-    if raw_conns is not None:
-        peers = raw_conns.peer
-        if not (len(raw_conns.port) == len(raw_conns.bytes) == len(raw_conns.busy_ns)):
-            return None
-        if len(raw_conns.port) != len(peers) or rank in peers:
-            return None
-        if peers and max(peers) >= size:
-            return None
-        conns_values = {
-            "peer": peers,
-            "port": raw_conns.port,
-            "bytes": raw_conns.bytes,
-            "busy_ns": raw_conns.busy_ns,
-        }
-        conns = _assembled(Conns, conns_values, set(_CONNS_FIELDS))
+    if raw_conns is not UNSET:
+        given.add("conns")
+        if raw_conns is not None:
+            conns = _conns(raw_conns, rank, size)
+            if conns is None:
+                return None
     ops_values = {
         "seq": ops.seq,
-        "op": ops.op,
+        "op": names,
         "bytes": ops.bytes,
-        "enter_ns": ops.enter_ns,
-        "end_ns": ops.end_ns,
+        "enter_ns": enters,
+        "end_ns": ends,
     }
     values = {
         "v": 1,
@@ -232,19 +249,46 @@ def _collective(wire: _Collective) -> Collective | None:
         "comm_size": size,
         "rank": rank,
         "global_rank": wire.global_rank,
-        "node": wire.node,
-        "gpu": wire.gpu,
+        "node": node,
+        "gpu": gpu,
         "ts_ns": wire.ts_ns,
         "ops": _assembled(Ops, ops_values, set(_OPS_FIELDS)),
         "conns": conns,
     }
-    built: Collective = _assembled(Collective, values, _given(values))
+    built: Collective = _assembled(Collective, values, given)
+    return built
+
+
+def _ends_in_order(enters: tuple[int, ...], ends: tuple[int | None, ...]) -> bool:
+    """Whether no op ends before it entered (a null end: the op is still running)."""
+    try:
+        # One loop in C; a null end makes it raise (None >= int), caught below.
+        return all(map(ge, cast("tuple[int, ...]", ends), enters))
+    except TypeError:  # an op still running: compare the others one by one
+        return all(end is None or end >= enter for enter, end in zip(enters, ends, strict=True))
+
+
+def _conns(wire: _Conns, rank: int, size: int) -> Conns | None:
+    peers, ports = wire.peer, wire.port
+    if not (len(ports) == len(wire.bytes) == len(wire.busy_ns) == len(peers)):
+        return None
+    if rank in peers or (peers and max(peers) >= size):
+        return None
+    values = {"peer": peers, "port": ports, "bytes": wire.bytes, "busy_ns": wire.busy_ns}
+    built: Conns = _assembled(Conns, values, set(_CONNS_FIELDS))
     return built
 
 
 def _link(wire: _Link) -> Link:
-    raw = wire.counters
-    counters = {name: getattr(raw, name) for name in _COUNTER_NAMES}
+    given_counters = wire.counters
+    counters = _NO_COUNTERS.copy()
+    counters.update(given_counters)  # keeps the model's order: every key is there already
+    given = set(_LINK_REQUIRED)
+    gbps = wire.gbps
+    if gbps is UNSET:
+        gbps = None
+    else:
+        given.add("gbps")
     values = {
         "v": 1,
         "kind": "link",
@@ -252,14 +296,8 @@ def _link(wire: _Link) -> Link:
         "port": wire.port,
         "ts_ns": wire.ts_ns,
         "state": wire.state,
-        "gbps": wire.gbps,
-        "counters": _assembled(LinkCounters, counters, _given(counters)),
+        "gbps": gbps,
+        "counters": _assembled(LinkCounters, counters, set(given_counters)),
     }
-    built: Link = _assembled(Link, values, _given(values))
+    built: Link = _assembled(Link, values, given)
     return built
-
-
-def _given(values: dict[str, Any]) -> set[str]:
-    """The fields set: those with a value (a field given as null is left out, unlike after
-    validation; ``model_fields_set`` is read nowhere in c4)."""
-    return {name for name, value in values.items() if value is not None}

@@ -155,33 +155,44 @@ class CommTracker:
             self.place_version += 1
         ops = message.ops
         ts_ns = message.ts_ns
+        seqs: tuple[int, ...] = ops.seq
+        names: tuple[str, ...] = ops.op
+        sizes: tuple[int, ...] = ops.bytes
+        enters: tuple[int, ...] = ops.enter_ns
+        ends: tuple[int | None, ...] = ops.end_ns
+        count = len(seqs)
+        if not len(names) == len(sizes) == len(enters) == len(ends) == count:
+            msg = f"ops arrays of unequal lengths in a report of rank {rank}"
+            raise ValueError(msg)  # the contract rejects such a report before it gets here
         pending = self.pending
         completed = self.completed
         size = self.size
-        blank = [NOT_YET] * size
         # The hot loop of the detector: one iteration per reported operation, kept inline
-        # (opening an operation too; only the eviction of the oldest calls out).
-        for seq, op, nbytes, enter, end in zip(
-            ops.seq, ops.op, ops.bytes, ops.enter_ns, ops.end_ns, strict=True
-        ):
+        # and indexed (compiled, a loop over typed tuples; opening an operation too; only
+        # the eviction of the oldest calls out).
+        for i in range(count):
+            seq = seqs[i]
             state = pending.get(seq)
             if state is None:
                 if seq < self.floor or seq in completed:
                     continue  # a late re-report of a finished operation
                 if len(pending) >= MAX_PENDING:
                     self._evict_oldest()
-                state = pending[seq] = SeqState(op, nbytes, blank.copy(), blank.copy())
+                state = pending[seq] = SeqState(
+                    names[i], sizes[i], [NOT_YET] * size, [NOT_YET] * size
+                )
                 state.first_seen_ns = ts_ns
-            enters = state.enter
-            if enters[rank] == NOT_YET:
-                enters[rank] = enter
+            state_enters = state.enter
+            if state_enters[rank] == NOT_YET:
+                state_enters[rank] = enters[i]
                 state.entered += 1
                 if state.entered == size:
                     state.all_entered_ns = ts_ns
+            end = ends[i]
             if end is not None:
-                ends = state.end
-                if ends[rank] == NOT_YET:
-                    ends[rank] = end
+                state_ends = state.end
+                if state_ends[rank] == NOT_YET:
+                    state_ends[rank] = end
                     state.ended += 1
                     if state.ended == size:
                         self._complete(seq, state)

@@ -128,9 +128,14 @@ class ComputeTracker:
             rank = self.ranks[global_rank] = RankTime()
         # A report covers its rank's time up to when it was made: its ts, and no earlier
         # than the times it carries (a clock that stamps reports behind its operations).
+        count = len(seqs)
         covered = ts_ns
-        if enters:
-            covered = max(covered, *enters, *[end for end in ends if end is not None])
+        for i in range(count):
+            enter, end = enters[i], ends[i]
+            if enter > covered:
+                covered = enter
+            if end is not None and end > covered:
+                covered = end
         if covered <= rank.reported.get(comm, -1):
             return  # a repeated or older report: what it says is known
         rank.reported[comm] = covered
@@ -138,19 +143,21 @@ class ComputeTracker:
         open_enter = None
         kept, longest = rank.ops, rank.longest_ns
         before = len(kept)
-        for seq, op, nbytes, enter, end in zip(seqs, ops, sizes, enters, ends, strict=True):
+        for i in range(count):  # indexed: compiled, a loop over typed tuples
+            enter, end = enters[i], ends[i]
             if end is None:
                 if open_enter is None:
                     open_enter = enter
                 continue
+            seq = seqs[i]
             if seq <= last:
                 continue
             last = seq
             kept.append((enter, end))
             if end - enter > longest:
                 longest = end - enter
-            if op == "alltoall":
-                rank.a2a.append((end, nbytes))
+            if ops[i] == "alltoall":
+                rank.a2a.append((end, sizes[i]))
                 rank.a2a_ordered = False
         if len(kept) > before:
             # Several communicators' reports interleave: sorted again when a window reads.

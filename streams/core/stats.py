@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from itertools import islice
 from typing import Any
 
@@ -25,20 +25,27 @@ def median_of(values: Iterable[float]) -> float:
 class Window:
     """The last ``size`` samples and their median."""
 
-    __slots__ = ("_samples", "add")
+    __slots__ = ("_samples", "_median")
 
     def __init__(self, size: int) -> None:
         self._samples: deque[float] = deque(maxlen=size)
-        # Append a sample, dropping the oldest past the window's size (the deque's own
-        # method: called for every completed operation, twice).
-        self.add: Callable[[float], None] = self._samples.append
+        # The median as of the last read, None when a sample came since: read once a check
+        # per communicator, while samples come once per completed operation.
+        self._median: float | None = None
+
+    def add(self, sample: float) -> None:
+        """Append a sample, dropping the oldest past the window's size."""
+        self._samples.append(sample)
+        self._median = None
 
     def __len__(self) -> int:
         return len(self._samples)
 
     def median(self) -> float | None:
         """The median of the window, None while empty."""
-        return median_of_sorted(sorted(self._samples)) if self._samples else None
+        if self._median is None and self._samples:
+            self._median = median_of_sorted(sorted(self._samples))
+        return self._median
 
     def state(self) -> list[float]:
         """The samples, oldest first (for a snapshot)."""
@@ -48,6 +55,7 @@ class Window:
         """Put back the samples of a snapshot."""
         self._samples.clear()
         self._samples.extend(samples)
+        self._median = None
 
 
 class Baseline:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, get_type_hints
 
 import orjson
 import pytest
@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from schemas.base import C4Model
 from schemas.codec import MODELS, decode, encode
-from schemas.fastpath import decode_hot
+from schemas.fastpath import _Collective, _Conns, _Counters, _Link, _Ops, decode_hot
+from schemas.messages import Collective, Conns, Link, LinkCounters, Ops
 from simulator import scenario_from, simulate
 from tests.unit.test_codec_properties import collectives, json_values, links
 
@@ -35,11 +36,26 @@ def assert_same_bytes(raw: bytes, kind: str) -> C4Model | None:
         assert expected is not None, f"the fast path let an invalid document through: {raw!r}"
         assert fast == expected
         assert type(fast.model_dump()) is dict
-        assert fast.model_fields_set == {
-            name for name in expected.model_fields_set if getattr(expected, name) is not None
-        }
+        assert_built_alike(fast, expected)
         assert encode(fast) == encode(expected)
     return fast
+
+
+def assert_built_alike(fast: Any, expected: Any) -> None:
+    """``fast`` is the model validation built, down to what ``==`` does not compare: the
+    fields set (a field given as null included), the order of ``__dict__`` (model_dump's
+    and encode's order) and pydantic's own slots; nested models alike."""
+    assert type(fast) is type(expected)
+    if not isinstance(expected, C4Model):
+        assert fast == expected
+        return
+    assert fast.model_fields_set == expected.model_fields_set
+    assert type(fast.model_fields_set) is set
+    assert list(fast.__dict__) == list(expected.__dict__)
+    assert fast.__pydantic_extra__ == expected.__pydantic_extra__
+    assert fast.__pydantic_private__ == expected.__pydantic_private__
+    for name, value in expected.__dict__.items():
+        assert_built_alike(fast.__dict__[name], value)
 
 
 def assert_same(obj: dict[str, Any], kind: str | None = None) -> C4Model | None:
@@ -260,3 +276,53 @@ def test_every_simulated_collective_and_link_takes_the_fast_path() -> None:
 def test_json_edge_cases_are_read_as_orjson_reads_them(raw: bytes) -> None:
     assert_same_bytes(raw, "link")
     assert_same_bytes(raw, "collective")
+
+
+@pytest.mark.parametrize(
+    ("enters", "ends", "fast"),
+    [
+        ([5, 5, 5], [None, 5, 6], True),
+        ([5, 5, 5], [None, 4, 6], False),  # past a null end, a later end still counts
+        ([5, 5, 5], [6, None, 4], False),
+        ([5, 5, 5], [4, None, None], False),
+        ([5, 5, 5], [None, None, None], True),
+        ([5, 5], [6, 5], True),
+        ([5, 5], [6, 4], False),
+    ],
+)
+def test_an_end_before_its_enter_is_caught_around_null_ends(
+    enters: list[int], ends: list[int | None], fast: bool
+) -> None:
+    n = len(enters)
+    obj = {
+        "v": 1,
+        "kind": "collective",
+        "job": "job-1",
+        "comm": "c",
+        "comm_size": 4,
+        "rank": 0,
+        "global_rank": 0,
+        "ts_ns": 10,
+        "ops": {"seq": [1] * n, "op": ["allreduce"] * n, "bytes": [8] * n}
+        | {
+            "enter_ns": enters,
+            "end_ns": ends,
+        },
+    }
+    assert (assert_same(obj) is not None) is fast
+
+
+@pytest.mark.parametrize(
+    ("wire", "model"),
+    [(_Ops, Ops), (_Conns, Conns), (_Collective, Collective), (_Link, Link)],
+)
+def test_the_wire_structs_have_the_models_fields(wire: Any, model: type[C4Model]) -> None:
+    # A field added to a model and not here would be dropped on the fast path, silently.
+    tag = {wire.__struct_config__.tag_field} - {None}
+    assert {*wire.__struct_fields__, *tag} == set(model.model_fields)
+
+
+def test_the_wire_counters_are_the_models_counters() -> None:
+    # Counters missing here would be ignored by msgspec (unknown keys) and left None.
+    assert list(get_type_hints(_Counters)) == list(LinkCounters.model_fields)
+    assert not _Counters.__required_keys__
