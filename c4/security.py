@@ -17,9 +17,6 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
-
 from c4 import C4Error
 
 if TYPE_CHECKING:
@@ -103,6 +100,10 @@ def check_kafka_access(
     closes the connection is named: it expects SASL or TLS). Without it, a broker that is
     only away gives a warning and None: workers start and wait for it, as after an outage.
     """
+    # Imported here: every c4 command imports this module, few talk to Kafka (35 ms).
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
     errors: list[KafkaError] = []
     logger, logged = _collecting_logger()
     config = {**settings.kafka_client_config(), "error_cb": errors.append, "logger": logger}
