@@ -4,10 +4,12 @@ One recorded run of a Megatron-style job (tensor-parallel groups inside a node, 
 pipeline over point-to-point pairs, data-parallel rings over the NIC ports, expert
 all-to-alls, one slowed GPU) is simulated once with this tree, then replayed by
 ``python -m c4.cli diagnose`` of this tree and of the baseline commit (exported with
-``git archive``), alternately, ``--repeats`` times each. Prints operations/s and
-microseconds per operation (medians), peak RSS, and the findings of each side.
+``git archive``), alternately, ``--repeats`` times each; with the detection core built
+(scripts/build_native.py), this tree runs compiled and once more as pure Python
+(``C4_PURE_PYTHON=1``); the baseline runs as its own tree is, here pure Python. Prints
+operations/s and microseconds per operation (medians), peak RSS, and the findings of each.
 
-    python bench/bench_replay.py [--nodes 16] [--duration-s 60] [--baseline 78fefbb]
+    python bench/bench_replay.py [--nodes 16] [--duration-s 60] [--baseline a021379]
                                  [--interval-s 1.0] [--batch]
 
 ``--interval-s 0.5`` makes about 10 operations per message (real reporting sizes);
@@ -32,6 +34,9 @@ from pathlib import Path
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from streams.core import native  # noqa: E402 -- this tree's, whichever runs the bench
+
 MIB = 1 << 20
 
 
@@ -117,9 +122,14 @@ def export(ref: str, folder: Path) -> Path:
     return tree
 
 
-def replay(tree: Path, recorded: Path) -> tuple[float, int, list[str]]:
+PURE = {"C4_PURE_PYTHON": "1"}  # the detection core as Python, not its compiled build
+
+
+def replay(
+    tree: Path, recorded: Path, extra_env: dict[str, str] | None = None
+) -> tuple[float, int, list[str]]:
     """Wall seconds, peak RSS (KiB) and findings of one ``c4 diagnose`` run in ``tree``."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": str(tree), **(extra_env or {})}
     started = time.perf_counter()
     child = subprocess.Popen(  # noqa: S603 -- this interpreter, our own command
         [sys.executable, "-m", "c4.cli", "diagnose", str(recorded)],
@@ -149,7 +159,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=16)
     parser.add_argument("--duration-s", type=float, default=60.0)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--baseline", default="78fefbb", help="commit to compare against")
+    parser.add_argument("--baseline", default="a021379", help="commit to compare against")
     parser.add_argument("--interval-s", type=float, default=1.0, help="reporting interval")
     parser.add_argument("--batch", action="store_true", help="also replay collectives batches")
     args = parser.parse_args()
@@ -158,22 +168,28 @@ def main() -> int:
         recorded, messages, operations = simulate(
             folder, args.nodes, args.duration_s, args.interval_s
         )
-        inputs = {"this tree": (ROOT, recorded)}
+        core = native.status()
+        label = "this tree" if core == "compiled" else f"this tree, {core}"
+        inputs: dict[str, tuple[Path, Path, dict[str, str]]] = {label: (ROOT, recorded, {})}
+        if core == "compiled":
+            inputs["this tree, pure Python"] = (ROOT, recorded, PURE)
         if args.batch:
             batched, *_ = simulate(folder, args.nodes, args.duration_s, args.interval_s, True)
-            inputs["this tree, batches"] = (ROOT, batched)
-        inputs[f"baseline {args.baseline}"] = (export(args.baseline, folder), recorded)
+            inputs[f"{label}, batches"] = (ROOT, batched, {})
+            if core == "compiled":
+                inputs["this tree, pure, batches"] = (ROOT, batched, PURE)
+        inputs[f"baseline {args.baseline}"] = (export(args.baseline, folder), recorded, {})
         runs: dict[str, list[tuple[float, int, list[str]]]] = {name: [] for name in inputs}
         size = recorded.stat().st_size / MIB
         for _ in range(args.repeats):
-            for name, (tree, data) in inputs.items():  # alternately: the noise hits all
-                runs[name].append(replay(tree, data))
+            for name, (tree, data, env) in inputs.items():  # alternately: the noise hits all
+                runs[name].append(replay(tree, data, env))
     print(
         f"{args.nodes * 8} ranks, {args.duration_s:.0f} s, {messages:,} collective messages, "
         f"{operations:,} operations ({operations / max(messages, 1):.1f} per message), "
         f"{size:.0f} MiB; {args.repeats} runs each"
     )
-    print(f"{'replay':<22}{'ops/s (median)':>16}{'us/op':>8}{'peak RSS MiB':>14}  findings")
+    print(f"{'replay':<28}{'ops/s (median)':>16}{'us/op':>8}{'peak RSS MiB':>14}  findings")
     medians = {}
     for name, results in runs.items():
         seconds = statistics.median(r[0] for r in results)
@@ -181,7 +197,7 @@ def main() -> int:
         rss = max(r[1] for r in results) / 1024
         findings = "; ".join(results[0][2]) or "none"
         print(
-            f"{name:<22}{operations / seconds:>16,.0f}{seconds / operations * 1e6:>8.2f}"
+            f"{name:<28}{operations / seconds:>16,.0f}{seconds / operations * 1e6:>8.2f}"
             f"{rss:>14.0f}  {findings}"
         )
     base = medians[f"baseline {args.baseline}"]

@@ -24,7 +24,9 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_replay import replay, scenario  # noqa: E402
+from bench_replay import PURE, replay, scenario  # noqa: E402
+
+from streams.core import native  # noqa: E402 -- this tree's
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -64,27 +66,46 @@ def main() -> int:
     if any(size % (4 * GPUS_PER_NODE) for size in sizes):
         parser.error("--ranks: each size a multiple of 32 (4 pipeline stages of 8-GPU nodes)")
     rows = []
+    pure_rates: list[float | None] = []
+    core = native.status()
+    compare = core == "compiled"
     with tempfile.TemporaryDirectory(prefix="c4-bench-scale-") as tmp:
         for ranks in sizes:
             recorded, messages, operations, sim_s = simulate(Path(tmp), ranks, args.duration_s)
-            runs = [replay(ROOT, recorded) for _ in range(args.repeats)]
+            runs, pure_runs = [], []
+            for _ in range(args.repeats):  # alternately: the noise hits both
+                runs.append(replay(ROOT, recorded))
+                if compare:
+                    pure_runs.append(replay(ROOT, recorded, PURE))
             seconds = statistics.median(run[0] for run in runs)
+            pure_s = statistics.median(run[0] for run in pure_runs) if pure_runs else None
+            if pure_runs and pure_runs[0][2] != runs[0][2]:
+                found = f"pure {pure_runs[0][2]}, compiled {runs[0][2]}"
+                message = f"{ranks} ranks: the two cores disagree: {found}"
+                raise RuntimeError(message)
             rss_kib = max(run[1] for run in runs)
             size_mib = recorded.stat().st_size / MIB
             rows.append(
                 (ranks, messages, operations, size_mib, sim_s, seconds, rss_kib, len(runs[0][2]))
             )
+            pure_rates.append(operations / pure_s if pure_s else None)
             recorded.unlink()
     print(
         f"3D MoE job (tp 8, pp 4, ep 2; a GPU slows at 20 s), {args.duration_s:.0f} s of "
-        f"event time, medians of {args.repeats}; against the smallest size"
+        f"event time, medians of {args.repeats}; against the smallest size; detection core: "
+        f"{core}" + ("; pure: the same replay as pure Python (C4_PURE_PYTHON=1)" if compare else "")
     )
     print(
         f"{'ranks':>7}{'messages':>11}{'ops':>11}{'ops/msg':>8}{'MiB':>7}{'ops/s':>11}"
         f"{'us/op':>7}{'vs':>6}{'RSS MiB':>9}{'KiB/rank':>10}{'vs':>6}{'findings':>9}"
+        + (f"{'pure ops/s':>12}{'compiled/pure':>14}" if compare else "")
     )
     first = rows[0]
-    for ranks, messages, operations, size_mib, _, seconds, rss_kib, firing in rows:
+    for row, pure_rate in zip(rows, pure_rates, strict=True):
+        ranks, messages, operations, size_mib, _, seconds, rss_kib, firing = row
+        versus = (
+            f"{pure_rate:>12,.0f}{operations / seconds / pure_rate:>14.2f}" if pure_rate else ""
+        )
         per_op = seconds / operations * 1e6
         per_rank = rss_kib / ranks
         print(
@@ -92,7 +113,7 @@ def main() -> int:
             f"{size_mib:>7.0f}{operations / seconds:>11,.0f}{per_op:>7.2f}"
             f"{(first[5] / first[2]) / (seconds / operations):>6.2f}"
             f"{rss_kib / 1024:>9.0f}{per_rank:>10.1f}{(first[6] / first[0]) / per_rank:>6.2f}"
-            f"{firing:>9}"
+            f"{firing:>9}{versus}"
         )
     print("vs: the smallest size's figure over this one's (1.00 flat; below 1, costlier per op")
     print("    or per rank as the job grows); RSS includes the interpreter's fixed ~70 MiB")

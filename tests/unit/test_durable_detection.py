@@ -259,3 +259,34 @@ def test_table_facts_say_how_far_each_job_partition_is_learnt() -> None:
         writer.process(job)
         facts.learn(job, writer)
     assert facts.job_of_port("node-000/mlx5_0:1") is None and facts.placed_through(3) == 5
+
+
+def test_snapshots_stretch_their_interval_to_stay_within_their_budget() -> None:
+    """Periodic snapshots that take long are written less often (a tenth of the time at
+    most); a finding is still saved at once."""
+    clock = FakeClock()
+    taking = {"s": 0.0}
+
+    class SlowTable(dict[bytes, bytes]):
+        def __setitem__(self, key: bytes, value: bytes) -> None:
+            clock.now += taking["s"]  # writing a snapshot takes this long
+            super().__setitem__(key, value)
+
+    worker = _worker(SlowTable(), {}, clock)
+    messages = _messages()[:400]
+    list(_feed(worker, messages[:100], clock))
+    assert worker.snapshot_every_s() == 1.0  # cheap snapshots: the configured interval
+    taking["s"] = 0.5
+    clock.now += 1.0
+    worker.on_message(messages[100])
+    worker.on_timer()  # a periodic round: 0.5 s per job
+    assert worker.snapshot_every_s() >= 5.0
+    written = worker.counters.written
+    clock.now += 2.0
+    worker.on_message(messages[101])
+    worker.on_timer()
+    assert worker.counters.written == written  # 2 s later: not yet
+    clock.now += worker.snapshot_every_s()
+    worker.on_message(messages[102])
+    worker.on_timer()
+    assert worker.counters.written > written
