@@ -1,4 +1,5 @@
-"""``c4 doctor``: check that the configured Kafka and Redis answer and round-trip data."""
+"""``c4 doctor``: check that the configured Kafka and Redis answer and round-trip data, and
+say which detection core (compiled or pure Python) this installation runs."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from confluent_kafka.cimpl import NewTopic
 from c4 import C4Error
 from c4.security import KafkaAccessError, check_kafka_access, redacted
 from schemas.topics import ALL_TOPICS
+from streams.core import native
 
 if TYPE_CHECKING:
     from c4.settings import Settings
@@ -102,6 +104,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     del args
     for line in check_kafka(settings) + check_redis(settings):
         print(line)
+    print(f"detection core: {native.status()}")
     return 0
 
 

@@ -221,6 +221,7 @@ def test_doctor_and_topics_with_the_credentials(secure: PrivateStack, unique: st
     assert result.returncode == 0, result.stderr
     assert f"kafka {secure.bootstrap}: 1 broker(s)" in result.stdout
     assert "redis redis://127.0.0.1" in result.stdout
+    assert "detection core: " in result.stdout  # compiled, or pure and why
     assert_no_secret(created.stdout, created.stderr, result.stdout, result.stderr)
 
 
