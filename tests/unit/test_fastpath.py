@@ -212,6 +212,21 @@ def one_op(name: str, end: int | None) -> dict[str, list[Any]]:
     return {"seq": [1], "op": [name], "bytes": [1], "enter_ns": [5], "end_ns": [end]}
 
 
+def a_collective() -> dict[str, Any]:
+    """A valid one-operation collective message of a 4-member group, to change per case."""
+    return {
+        "v": 1,
+        "kind": "collective",
+        "job": "job-1",
+        "comm": "c",
+        "comm_size": 4,
+        "rank": 0,
+        "global_rank": 0,
+        "ts_ns": 10,
+        "ops": {"seq": [1], "op": ["allreduce"], "bytes": [8], "enter_ns": [5], "end_ns": [6]},
+    }
+
+
 @pytest.mark.parametrize(
     ("change", "fast"),
     [
@@ -230,18 +245,7 @@ def one_op(name: str, end: int | None) -> dict[str, list[Any]]:
     ],
 )
 def test_the_contract_rules_hold_on_the_fast_path(change: dict[str, Any], fast: bool) -> None:
-    obj = {
-        "v": 1,
-        "kind": "collective",
-        "job": "job-1",
-        "comm": "c",
-        "comm_size": 4,
-        "rank": 0,
-        "global_rank": 0,
-        "ts_ns": 10,
-        "ops": {"seq": [1], "op": ["allreduce"], "bytes": [8], "enter_ns": [5], "end_ns": [6]},
-    } | change
-    assert (assert_same(obj) is not None) is fast
+    assert (assert_same(a_collective() | change) is not None) is fast
 
 
 def test_every_simulated_collective_and_link_takes_the_fast_path() -> None:
@@ -294,21 +298,8 @@ def test_an_end_before_its_enter_is_caught_around_null_ends(
     enters: list[int], ends: list[int | None], fast: bool
 ) -> None:
     n = len(enters)
-    obj = {
-        "v": 1,
-        "kind": "collective",
-        "job": "job-1",
-        "comm": "c",
-        "comm_size": 4,
-        "rank": 0,
-        "global_rank": 0,
-        "ts_ns": 10,
-        "ops": {"seq": [1] * n, "op": ["allreduce"] * n, "bytes": [8] * n}
-        | {
-            "enter_ns": enters,
-            "end_ns": ends,
-        },
-    }
+    ops = {"seq": [1] * n, "op": ["allreduce"] * n, "bytes": [8] * n}
+    obj = a_collective() | {"ops": ops | {"enter_ns": enters, "end_ns": ends}}
     assert (assert_same(obj) is not None) is fast
 
 
