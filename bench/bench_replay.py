@@ -123,6 +123,7 @@ def export(ref: str, folder: Path) -> Path:
 
 
 PURE = {"C4_PURE_PYTHON": "1"}  # the detection core as Python, not its compiled build
+COMPILED = {"C4_COMPILED_CORE": "1"}  # its compiled build (opt-in: streams.core.native)
 
 
 def replay(
@@ -168,14 +169,14 @@ def main() -> int:
         recorded, messages, operations = simulate(
             folder, args.nodes, args.duration_s, args.interval_s
         )
-        core = native.status()
+        core = native.build_status()
         label = "this tree" if core == "compiled" else f"this tree, {core}"
-        inputs: dict[str, tuple[Path, Path, dict[str, str]]] = {label: (ROOT, recorded, {})}
+        inputs: dict[str, tuple[Path, Path, dict[str, str]]] = {label: (ROOT, recorded, COMPILED)}
         if core == "compiled":
             inputs["this tree, pure Python"] = (ROOT, recorded, PURE)
         if args.batch:
             batched, *_ = simulate(folder, args.nodes, args.duration_s, args.interval_s, True)
-            inputs[f"{label}, batches"] = (ROOT, batched, {})
+            inputs[f"{label}, batches"] = (ROOT, batched, COMPILED)
             if core == "compiled":
                 inputs["this tree, pure, batches"] = (ROOT, batched, PURE)
         inputs[f"baseline {args.baseline}"] = (export(args.baseline, folder), recorded, {})

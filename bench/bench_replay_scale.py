@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_replay import PURE, replay, scenario  # noqa: E402
+from bench_replay import COMPILED, PURE, replay, scenario  # noqa: E402
 
 from streams.core import native  # noqa: E402 -- this tree's
 
@@ -67,14 +67,14 @@ def main() -> int:
         parser.error("--ranks: each size a multiple of 32 (4 pipeline stages of 8-GPU nodes)")
     rows = []
     pure_rates: list[float | None] = []
-    core = native.status()
+    core = native.build_status()
     compare = core == "compiled"
     with tempfile.TemporaryDirectory(prefix="c4-bench-scale-") as tmp:
         for ranks in sizes:
             recorded, messages, operations, sim_s = simulate(Path(tmp), ranks, args.duration_s)
             runs, pure_runs = [], []
             for _ in range(args.repeats):  # alternately: the noise hits both
-                runs.append(replay(ROOT, recorded))
+                runs.append(replay(ROOT, recorded, COMPILED))
                 if compare:
                     pure_runs.append(replay(ROOT, recorded, PURE))
             seconds = statistics.median(run[0] for run in runs)

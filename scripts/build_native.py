@@ -40,7 +40,7 @@ setup(
 def build(force: bool) -> int:
     target = native.native_dir()
     want = native.fingerprint()
-    if not force and native.status() == "compiled":
+    if not force and native.build_status() == "compiled":
         print(f"compiled core up to date in {target}")
         return 0
     sources = [str(p.relative_to(ROOT)) for p in native.compiled_sources()]
