@@ -6,8 +6,10 @@ all-to-alls, one slowed GPU) is simulated once with this tree, then replayed by
 ``python -m c4.cli diagnose`` of this tree and of the baseline commit (exported with
 ``git archive``), alternately, ``--repeats`` times each; with the detection core built
 (scripts/build_native.py), this tree runs compiled and once more as pure Python
-(``C4_PURE_PYTHON=1``); the baseline runs as its own tree is, here pure Python. Prints
-operations/s and microseconds per operation (medians), peak RSS, and the findings of each.
+(``C4_PURE_PYTHON=1``); the baseline runs as its own tree is, here pure Python. The same
+file through ``c4 validate`` (the same decoder, no detection) is the ceiling any replay of
+it can reach in this design. Prints operations/s and microseconds per operation (medians),
+peak RSS, and the findings of each.
 
     python bench/bench_replay.py [--nodes 16] [--duration-s 60] [--baseline a021379]
                                  [--interval-s 1.0] [--batch]
@@ -124,16 +126,18 @@ def export(ref: str, folder: Path) -> Path:
 
 PURE = {"C4_PURE_PYTHON": "1"}  # the detection core as Python, not its compiled build
 COMPILED = {"C4_COMPILED_CORE": "1"}  # its compiled build (opt-in: streams.core.native)
+CEILING = "decode only (c4 validate)"
 
 
 def replay(
-    tree: Path, recorded: Path, extra_env: dict[str, str] | None = None
+    tree: Path, recorded: Path, extra_env: dict[str, str] | None = None, command: str = "diagnose"
 ) -> tuple[float, int, list[str]]:
-    """Wall seconds, peak RSS (KiB) and findings of one ``c4 diagnose`` run in ``tree``."""
+    """Wall seconds, peak RSS (KiB) and findings of one ``c4 diagnose`` run in ``tree``
+    (``command`` "validate": decoding only, no findings)."""
     env = {**os.environ, "PYTHONPATH": str(tree), **(extra_env or {})}
     started = time.perf_counter()
     child = subprocess.Popen(  # noqa: S603 -- this interpreter, our own command
-        [sys.executable, "-m", "c4.cli", "diagnose", str(recorded)],
+        [sys.executable, "-m", "c4.cli", command, str(recorded)],
         cwd=tree,
         env=env,
         stdout=subprocess.PIPE,
@@ -143,8 +147,10 @@ def replay(
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - started
     if status != 0:
-        message = f"c4 diagnose in {tree} failed (status {status})"
+        message = f"c4 {command} in {tree} failed (status {status})"
         raise RuntimeError(message)
+    if command != "diagnose":
+        return seconds, usage.ru_maxrss, []
     findings = sorted(
         {
             f"{d['class']} {d['suspects'][0]['id'] if d['suspects'] else '-'}"
@@ -181,30 +187,37 @@ def main() -> int:
                 inputs["this tree, pure, batches"] = (ROOT, batched, PURE)
         inputs[f"baseline {args.baseline}"] = (export(args.baseline, folder), recorded, {})
         runs: dict[str, list[tuple[float, int, list[str]]]] = {name: [] for name in inputs}
+        runs[CEILING] = []
         size = recorded.stat().st_size / MIB
         for _ in range(args.repeats):
             for name, (tree, data, env) in inputs.items():  # alternately: the noise hits all
                 runs[name].append(replay(tree, data, env))
+            runs[CEILING].append(replay(ROOT, recorded, command="validate"))
     print(
         f"{args.nodes * 8} ranks, {args.duration_s:.0f} s, {messages:,} collective messages, "
         f"{operations:,} operations ({operations / max(messages, 1):.1f} per message), "
         f"{size:.0f} MiB; {args.repeats} runs each"
     )
-    print(f"{'replay':<28}{'ops/s (median)':>16}{'us/op':>8}{'peak RSS MiB':>14}  findings")
+    print(f"{'replay':<30}{'ops/s (median)':>16}{'us/op':>8}{'peak RSS MiB':>14}  findings")
     medians = {}
     for name, results in runs.items():
         seconds = statistics.median(r[0] for r in results)
         medians[name] = seconds
         rss = max(r[1] for r in results) / 1024
-        findings = "; ".join(results[0][2]) or "none"
+        findings = "; ".join(results[0][2]) or ("-" if name == CEILING else "none")
         print(
-            f"{name:<28}{operations / seconds:>16,.0f}{seconds / operations * 1e6:>8.2f}"
+            f"{name:<30}{operations / seconds:>16,.0f}{seconds / operations * 1e6:>8.2f}"
             f"{rss:>14.0f}  {findings}"
         )
     base = medians[f"baseline {args.baseline}"]
     for name, seconds in medians.items():
-        if not name.startswith("baseline"):
+        if not name.startswith("baseline") and name != CEILING:
             print(f"{name} vs baseline: {base / seconds:.2f}x the baseline's speed per operation")
+    ceiling = medians[CEILING]
+    print(
+        f"decoding alone (start-up included) runs {operations / ceiling:,.0f} ops/s: "
+        f"this tree reaches {ceiling / medians[next(iter(medians))]:.0%} of it"
+    )
     return 0
 
 
