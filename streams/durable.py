@@ -138,7 +138,8 @@ class DurableDetection:
     def held(self, kind: str) -> list[str]:
         """The jobs or nodes whose state this worker holds now."""
         if kind == "job":
-            return list(self.engine.jobs)
+            # Also a job whose every report waits for link reports (no detector yet).
+            return list(dict.fromkeys((*self.engine.jobs, *self.engine.alignment.waiting)))
         return sorted(self.engine.hardware.nodes())
 
     # --- state ---------------------------------------------------------------------------

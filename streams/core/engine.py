@@ -6,12 +6,16 @@ app: neither path has logic of its own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+import orjson
+
 from schemas.base import C4Model
+from schemas.codec import decode_object, encode
 from schemas.files import Topology
 from schemas.messages import Collective, Collectives, Diagnosis, Gpu, Job, Link, Member, Route
+from streams.core.alignment import LinkAlignment
 from streams.core.clock import TickClock
 from streams.core.fabric import FabricCorrelator
 from streams.core.findings import OpenFinding
@@ -55,6 +59,7 @@ class RouteBook:
 # The messages that carry measurements (and so event time); job and route are facts.
 DATA_KINDS = (Collective, Link, Gpu)
 MEMBERSHIP_KEY = "membership"  # a job's member reports, in its snapshot
+WAITING_KEY = "waiting"  # a job's collective reports held back for link reports (live)
 
 
 class SharedFacts(Protocol):
@@ -156,9 +161,11 @@ class Engine:
     ``shared`` supplies what other partitions learnt (live, scaled out). With
     ``local_fabric`` False the fabric correlator runs elsewhere: the engine only collects
     each job's slow paths when they change (``drain_slow_paths``). ``progress`` (live only)
-    says which inputs may still be behind: a job with a hang whose suspects depend on its
-    ports' link reports is not judged while those reports may still come (``held``), and a
-    hardware finding on a part of no known job waits while placements may still come.
+    says which inputs may still be behind: a job's collective reports wait while its nodes'
+    link reports trail them (``streams.core.alignment``), a job with a hang whose suspects
+    depend on its ports' link reports is not judged while those reports may still come
+    (``held``), and a hardware finding on a part of no known job waits while placements
+    may still come.
     """
 
     def __init__(
@@ -217,6 +224,10 @@ class Engine:
         # Jobs whose last check was held back for their ports' link reports (live only).
         self.held: set[str] = set()
         self._held_check_ns = 0
+        self.alignment = LinkAlignment(
+            progress, self.hardware.node_reported_at, self.params.silent_after_ns
+        )
+        self._release_check_ns = 0
 
     @property
     def now_ns(self) -> int:
@@ -249,30 +260,22 @@ class Engine:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         out: list[Diagnosis] = []
         if isinstance(message, Collective):
-            replaced = self.membership.replaced_before_ns(message.job)
-            if replaced is not None and message.ts_ns < replaced:
-                # Reported by a run the job's restart replaced (in flight at the requeue):
-                # its unfinished operations are no hang of the new run.
-                return out
-            detector = self._job(message.job)
-            detector.on_collective(message)
-            # A job whose reports lag far behind the clock (live: its partition catching up
-            # a backlog) gets no global tick while it catches up: it is checked on its own
-            # data time instead, so no slowdown or straggler slides by unobserved.
-            lagging = message.ts_ns + self.params.silent_after_ns < self.now_ns
-            if lagging and message.ts_ns >= detector.next_check_ns:
-                detector.next_check_ns = message.ts_ns + self.params.tick_ns
-                out.extend(self._check_job(message.job, detector, self.now_ns))
+            if self.alignment.holds(message):
+                return out  # it moves the clock when it is processed, in its job's order
+            out.extend(self._on_collective(message))
         elif isinstance(message, Link):
             out.extend(self.hardware.on_link(message))
-            if self.held and message.ts_ns >= self._held_check_ns:
-                # The link reports a held job waits for may be these: look again, once a
-                # tick of their time.
+            waiting = self.held or self.alignment.waiting
+            if waiting and message.ts_ns >= self._held_check_ns:
+                # The link reports a held job (or held reports) wait for may be these: look
+                # again, once a tick of their time.
                 self._held_check_ns = message.ts_ns + self.params.tick_ns
-                out.extend(self.recheck())
+                out.extend(self._look_again())
         elif isinstance(message, Gpu):
             out.extend(self.hardware.on_gpu(message))
         elif isinstance(message, Job):
+            # The job's held reports come before a fact about it (a stop, a new placement).
+            out.extend(self._release(message.job))
             self.placements.update(message)
             if message.state == "stopped":
                 stopped = self.jobs.pop(message.job, None)
@@ -283,6 +286,7 @@ class Engine:
             else:
                 self._job(message.job).on_job(message)
         elif isinstance(message, Member):
+            out.extend(self._release(message.job))
             before = self.membership.restart_of(message.job)
             caused_by = self.membership.ingest(message)
             after = self.membership.restart_of(message.job)
@@ -306,6 +310,40 @@ class Engine:
         if isinstance(message, DATA_KINDS):
             # Only measurements move event time: placements and route plans come from
             # launchers and action workers stamped on their own clocks.
+            out.extend(self.advance(message.ts_ns))
+        return out
+
+    def _on_collective(self, message: Collective) -> list[Diagnosis]:
+        out: list[Diagnosis] = []
+        replaced = self.membership.replaced_before_ns(message.job)
+        if replaced is not None and message.ts_ns < replaced:
+            # Reported by a run the job's restart replaced (in flight at the requeue):
+            # its unfinished operations are no hang of the new run.
+            return out
+        detector = self._job(message.job)
+        detector.on_collective(message)
+        # A job whose reports lag far behind the clock (live: its partition catching up
+        # a backlog, or its reports held for link reports) gets no global tick while it
+        # catches up: it is checked on its own data time instead, so no slowdown or
+        # straggler slides by unobserved.
+        lagging = message.ts_ns + self.params.silent_after_ns < self.now_ns
+        if lagging and message.ts_ns >= detector.next_check_ns:
+            detector.next_check_ns = message.ts_ns + self.params.tick_ns
+            out.extend(self._check_job(message.job, detector, self.now_ns))
+        return out
+
+    def _release_ready(self) -> list[Diagnosis]:
+        """Process the held collective reports whose nodes' link reports caught up."""
+        return self._process_held(self.alignment.ready())
+
+    def _release(self, job: str) -> list[Diagnosis]:
+        """Process every collective report the job holds back, now."""
+        return self._process_held(self.alignment.release(job))
+
+    def _process_held(self, messages: Iterable[Collective]) -> list[Diagnosis]:
+        out: list[Diagnosis] = []
+        for message in messages:
+            out.extend(self._on_collective(message))
             out.extend(self.advance(message.ts_ns))
         return out
 
@@ -339,8 +377,14 @@ class Engine:
         return out
 
     def recheck(self) -> list[Diagnosis]:
-        """Judge again what waited for other inputs (held jobs, hardware of no known job)."""
-        out = self.hardware.release_deferred(self.now_ns)
+        """Judge again what waited for other inputs (held reports and jobs, hardware of no
+        known job); live, on every tick, after which inputs are behind was measured."""
+        self.alignment.refresh()
+        return self._look_again()
+
+    def _look_again(self) -> list[Diagnosis]:
+        out = self._release_ready()
+        out.extend(self.hardware.release_deferred(self.now_ns))
         for job in sorted(self.held):
             detector = self.jobs.get(job)
             if detector is None:
@@ -424,19 +468,24 @@ class Engine:
         """One job's detector state as plain data; None for a job not tracked here."""
         detector = self.jobs.get(job)
         world = self.membership.job_state(job)
-        if detector is None and world is None:
+        waiting = self.alignment.held_of(job)
+        if detector is None and world is None and not waiting:
             return None
         state = {} if detector is None else detector.state()
+        if waiting:
+            state[WAITING_KEY] = [orjson.loads(encode(message)) for message in waiting]
         return state if world is None else state | {MEMBERSHIP_KEY: world}
 
     def restore_job(self, job: str, state: dict[str, Any]) -> None:
         """Take over a job from a snapshot (its findings were published before it was taken)."""
+        waiting = [decode_object(each, "collective") for each in state.get(WAITING_KEY, ())]
+        self.alignment.hold(job, [each for each in waiting if isinstance(each, Collective)])
         world = state.get(MEMBERSHIP_KEY)
         if world is not None:
             self.membership.restore_job(job, world)
-            state = {key: value for key, value in state.items() if key != MEMBERSHIP_KEY}
-            if not state:
-                return  # its ranks reported, none of its collectives came yet
+        state = {k: v for k, v in state.items() if k not in (MEMBERSHIP_KEY, WAITING_KEY)}
+        if not state:
+            return  # its ranks reported, none of its collectives was processed yet
         detector = self._job(job)
         detector.restore(state)
         if detector.placement:
@@ -449,6 +498,7 @@ class Engine:
         """Forget a job whose partition moved to another worker."""
         self.jobs.pop(job, None)
         self.held.discard(job)
+        self.alignment.forget(job)
         self.membership.drop(job)
         self.placements.forget(job)
         self._reported_paths.pop(job, None)

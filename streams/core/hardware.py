@@ -50,6 +50,7 @@ class HardwareMonitor:
         self._placements_pending = placements_pending
         self._deferred: dict[tuple[str, str], _Deferred] = {}
         self._ports: dict[str, PortState] = {}
+        self._node_reported: dict[str, int] = {}  # node -> its latest port report's ts
         self._gpu_faults: dict[str, int] = {}  # gpu id -> last hardware error ts
         self._ecc: dict[str, int] = {}
         self.book = FindingBook()
@@ -75,6 +76,10 @@ class HardwareMonitor:
         """Event time of the port's latest report held here; None if none came."""
         state = self._ports.get(port)
         return None if state is None else state.ts_ns
+
+    def node_reported_at(self, node: str) -> int | None:
+        """Event time of the latest report of any port of ``node``; None if none came."""
+        return self._node_reported.get(node)
 
     # --- input -----------------------------------------------------------------------
     def on_link(self, message: Link) -> list[Diagnosis]:
@@ -115,6 +120,8 @@ class HardwareMonitor:
         ):
             self._health_version += 1
         self._ports[pid] = state
+        if message.ts_ns > self._node_reported.get(message.node, -1):
+            self._node_reported[message.node] = message.ts_ns
         return out
 
     def _fire(
@@ -278,7 +285,10 @@ class HardwareMonitor:
         """Take one node's state from a snapshot."""
         self._health_version += 1
         for pid, *fields in state["ports"]:
-            self._ports[pid] = PortState(*fields)
+            port = self._ports[pid] = PortState(*fields)
+            node = node_of(pid)
+            if port.ts_ns > self._node_reported.get(node, -1):
+                self._node_reported[node] = port.ts_ns
         self._gpu_faults.update(state["gpu_faults"])
         self._ecc.update(state["ecc"])
         self.book.restore(state["findings"])
@@ -295,6 +305,7 @@ class HardwareMonitor:
             del self._owner[(cls, key)]
         for cls, key in [ck for ck in self._deferred if node_of(ck[1]) == node]:
             del self._deferred[(cls, key)]
+        self._node_reported.pop(node, None)
         self.book.drop(lambda key: node_of(key) == node)
 
     def check(self, now_ns: int) -> list[Diagnosis]:
