@@ -1,4 +1,4 @@
-"""Live: a job's collectives wait for its nodes' link reports, so both are read in event time.
+"""Live: collective reports wait for their nodes' link reports, so both are read in event time.
 
 Whether a slow connection is its port's fault (the port's counters show errors) or its
 path's (a fabric link: a slow path for the correlator) is read from the link reports. A
@@ -9,13 +9,15 @@ connections go to the correlator as slow paths (a false fabric finding) and the 
 finding is missed. Holding the job's checks is not enough: its state moves on with its
 data (a node of it goes down, its slowdown resolves) and the moment is gone.
 
-So, as Kafka Streams aligns a task's partitions by timestamp, a collective report waits
-while a node of its job has link reports that trail it by more than
+So, as Kafka Streams aligns a task's partitions by timestamp, collective reports wait while
+a node they came from has link reports that trail them by more than
 ``LINK_REPORTS_SLACK_NS`` and that node's link partition is behind (more of its reports are
-still to be read); once they are read, or nothing more can come, the job's reports go on in
-their order. A node whose ranks stopped reporting in the job's data (for ``silent_ns``) is
-not waited for: it is down, its agent too. Every wait ends once the partitions it waits on
-are read to their end.
+still to be read); once they are read, or nothing more can come, the reports go on in the
+order they came. All jobs wait together, not only those of the trailing node: the fabric
+correlator joins every job's slow paths at one time, and a job held back alone would show
+it paths of seconds ago beside the others' paths of now (a tie, a neighbouring link named).
+A node whose ranks stopped reporting (for ``silent_ns``) is not waited for: it is down, its
+agent too. Every wait ends once the partitions it waits on are read to their end.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class LinkProgress(Protocol):
 
 
 class LinkAlignment:
-    """The collective reports each job holds back until its nodes' link reports caught up."""
+    """The collective reports held back until the link reports of their nodes caught up."""
 
     def __init__(
         self,
@@ -58,94 +60,98 @@ class LinkAlignment:
         self._progress = progress
         self._reported_at = node_reported_at
         self._silent_ns = silent_ns
-        self.waiting: dict[str, deque[Collective]] = {}
-        # job -> node -> the latest report of a rank of the job on it (as it arrived)
-        self._nodes: dict[str, dict[str, int]] = {}
-        # job -> up to when its reports need not wait (a lower bound: link reports only
-        # raise it), until the next ``refresh``
-        self._clear_until: dict[str, int] = {}
+        self._queue: deque[Collective] = deque()  # in the order they came
+        self.waiting: dict[str, int] = {}  # job -> how many of its reports wait
+        self._nodes: dict[str, int] = {}  # node -> the latest report of a rank on it
+        self._latest_ns = _NEVER  # the latest report of any of them
+        # Up to when reports need not wait (a lower bound: link reports only raise it),
+        # until the next ``refresh`` or a node not seen before.
+        self._clear_until = _NEVER
 
     def holds(self, message: Collective) -> bool:
         """Whether the report waits (it is kept, in order); False: process it now."""
         if self._progress is None:
             return False  # a replay reads every input in event time
-        job = message.job
-        if message.node is not None:
-            self._seen(job, message.node, message.ts_ns)
-        queue = self.waiting.get(job)
-        if queue:
-            queue.append(message)  # behind others of its job: in their order
-            return True
-        if not self._trails(job, message.ts_ns):
+        ts_ns = message.ts_ns
+        if ts_ns > self._latest_ns:
+            self._latest_ns = ts_ns
+        node = message.node
+        if node is not None:
+            last = self._nodes.get(node)
+            if last is None:
+                self._clear_until = _NEVER  # a node more may trail: asked anew
+            if last is None or ts_ns > last:
+                self._nodes[node] = ts_ns
+        if not self._queue and not self._trails(ts_ns):
             return False
-        self.waiting[job] = deque((message,))
+        self._queue.append(message)  # behind the others that wait: in their order
+        self.waiting[message.job] = self.waiting.get(message.job, 0) + 1
         return True
-
-    def _seen(self, job: str, node: str, ts_ns: int) -> None:
-        nodes = self._nodes.get(job)
-        if nodes is None:
-            nodes = self._nodes[job] = {}
-        last = nodes.get(node)
-        if last is None:
-            self._clear_until.pop(job, None)  # a node more may trail: asked anew
-        if last is None or ts_ns > last:
-            nodes[node] = ts_ns
 
     def refresh(self) -> None:
         """Which partitions are behind was measured again: what was cleared is asked anew."""
-        self._clear_until.clear()
+        self._clear_until = _NEVER
 
     def ready(self) -> Iterator[Collective]:
-        """The held reports that need not wait any more, each job's in order."""
-        for job in list(self.waiting):
-            queue = self.waiting[job]
-            while queue and (len(queue) > MAX_WAITING or not self._trails(job, queue[0].ts_ns)):
-                yield queue.popleft()
-            if not queue:
-                del self.waiting[job]
+        """The held reports that need not wait any more, in the order they came."""
+        queue = self._queue
+        while queue and (len(queue) > MAX_WAITING or not self._trails(queue[0].ts_ns)):
+            message = queue.popleft()
+            self._count_out(message.job)
+            yield message
 
     def release(self, job: str) -> list[Collective]:
-        """Every report the job holds back (a fact about the job comes: they go first)."""
-        queue = self.waiting.pop(job, None)
-        return list(queue) if queue else []
+        """Every report of the job held back (a fact about the job comes: they go first)."""
+        if job not in self.waiting:
+            return []
+        mine = [message for message in self._queue if message.job == job]
+        self._queue = deque(message for message in self._queue if message.job != job)
+        del self.waiting[job]
+        return mine
 
     def forget(self, job: str) -> list[Collective]:
-        """The job is gone from here (a partition moved, the job stopped): its held reports,
-        for its snapshot, and its nodes."""
-        self._nodes.pop(job, None)
-        self._clear_until.pop(job, None)
+        """The job is gone from here (its partition moved): its held reports are dropped."""
         return self.release(job)
 
     def held_of(self, job: str) -> list[Collective]:
-        """The reports the job holds back now, oldest first."""
-        return list(self.waiting.get(job, ()))
+        """The reports of the job held back now, oldest first (for its snapshot)."""
+        if job not in self.waiting:
+            return []
+        return [message for message in self._queue if message.job == job]
 
     def hold(self, job: str, messages: list[Collective]) -> None:
         """Hold these reports of a job again (restored from its snapshot)."""
-        if messages:
-            self.waiting.setdefault(job, deque()).extend(messages)
-            for message in messages:
-                if message.node is not None:
-                    self._seen(job, message.node, message.ts_ns)
+        for message in messages:
+            self._queue.append(message)
+            self.waiting[job] = self.waiting.get(job, 0) + 1
+            if message.node is not None and message.ts_ns > self._nodes.get(message.node, _NEVER):
+                self._nodes[message.node] = message.ts_ns
+                self._clear_until = _NEVER
 
-    def _trails(self, job: str, ts_ns: int) -> bool:
-        """Some node of the job has link reports that trail ``ts_ns`` and may still come."""
+    def _count_out(self, job: str) -> None:
+        left = self.waiting[job] - 1
+        if left:
+            self.waiting[job] = left
+        else:
+            del self.waiting[job]
+
+    def _trails(self, ts_ns: int) -> bool:
+        """Some node has link reports that trail ``ts_ns`` and may still come."""
         progress = self._progress
         if progress is None or not progress.hardware_behind():
             return False
-        if ts_ns <= self._clear_until.get(job, _NEVER):
+        if ts_ns <= self._clear_until:
             return False
         clear = 1 << 62
-        nodes = self._nodes.get(job, {})
-        # Silent against the job's latest report seen, held ones too: a node that stopped
+        # Silent against the latest report seen, held ones too: a node that stopped
         # reporting stays silent however long the held reports wait.
-        quiet = max(nodes.values(), default=ts_ns) - self._silent_ns
-        for node, last in nodes.items():
+        quiet = self._latest_ns - self._silent_ns
+        for node, last in self._nodes.items():
             if last < quiet:
                 continue  # its ranks stopped reporting: down, its agent too
             reported = self._reported_at(node)
             bound = _NEVER if reported is None else reported + LINK_REPORTS_SLACK_NS
             if bound < clear and progress.hardware_pending(node):
                 clear = bound
-        self._clear_until[job] = clear
+        self._clear_until = clear
         return ts_ns > clear

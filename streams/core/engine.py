@@ -325,11 +325,13 @@ class Engine:
         # A job whose reports lag far behind the clock (live: its partition catching up
         # a backlog, or its reports held for link reports) gets no global tick while it
         # catches up: it is checked on its own data time instead, so no slowdown or
-        # straggler slides by unobserved.
+        # straggler slides by unobserved; at that time, not ``silent_after`` past it (as
+        # a silent job is): its next reports are at hand, and a node that went down in
+        # them is silent for as long as its hang is old, as a replay sees it.
         lagging = message.ts_ns + self.params.silent_after_ns < self.now_ns
         if lagging and message.ts_ns >= detector.next_check_ns:
             detector.next_check_ns = message.ts_ns + self.params.tick_ns
-            out.extend(self._check_job(message.job, detector, self.now_ns))
+            out.extend(self._check_job(message.job, detector, message.ts_ns))
         return out
 
     def _release_ready(self) -> list[Diagnosis]:
@@ -432,6 +434,11 @@ class Engine:
         return False
 
     def _check_job(self, job: str, detector: JobDetector, now_ns: int) -> list[Diagnosis]:
+        if job in self.alignment.waiting:
+            # Reports of it wait for link reports: judged up to the time of those it
+            # processed, never ``silent_after`` past them as if it were silent (a node that
+            # went down would not be silent yet for as long as its hang is old).
+            now_ns = min(now_ns, detector.data_now_ns())
         if self._awaits_hardware(detector, now_ns):
             self.held.add(job)
             return []

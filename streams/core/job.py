@@ -93,6 +93,10 @@ class JobDetector:
         """The job's other connections over the fabric, each with whether it fell."""
         return self._vote.fabric_seen
 
+    def data_now_ns(self) -> int:
+        """The job's latest report (event time); -1 before the first."""
+        return self._groups.latest_seen_ns()
+
     # --- input -----------------------------------------------------------------------
     def on_collective(self, message: Collective) -> None:
         """Take one rank's report."""
