@@ -125,7 +125,7 @@ def export(ref: str, folder: Path) -> Path:
 
 
 PURE = {"C4_PURE_PYTHON": "1"}  # the detection core as Python, not its compiled build
-COMPILED = {"C4_COMPILED_CORE": "1"}  # its compiled build (opt-in: streams.core.native)
+COMPILED: dict[str, str] = {}  # its compiled build: the default where one is current
 CEILING = "decode only (c4 validate)"
 
 

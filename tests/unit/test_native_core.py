@@ -35,9 +35,6 @@ def core_in(env: dict[str, str]) -> str:
     return found.stdout.decode().strip()
 
 
-COMPILED = {"C4_COMPILED_CORE": "1"}
-
-
 def requires_build() -> None:
     if native.build_status() != "compiled":
         why = native.build_status()
@@ -50,16 +47,16 @@ def test_this_process_runs_what_status_says() -> None:
     assert comm.__file__.endswith(".py") == (streams.core.NATIVE != "compiled")
 
 
-def test_compiled_only_when_asked_and_pure_when_forced() -> None:
+def test_compiled_by_default_and_pure_when_forced() -> None:
     requires_build()
-    assert core_in({"C4_COMPILED_CORE": "", "C4_PURE_PYTHON": ""}).startswith("pure (a current")
-    assert core_in({**COMPILED, "C4_PURE_PYTHON": "0"}) == "compiled"
-    assert core_in({**COMPILED, "C4_PURE_PYTHON": "1"}) == "pure (C4_PURE_PYTHON is set)"
+    assert core_in({"C4_PURE_PYTHON": ""}) == "compiled"
+    assert core_in({"C4_PURE_PYTHON": "0"}) == "compiled"
+    assert core_in({"C4_PURE_PYTHON": "1"}) == "pure (C4_PURE_PYTHON is set)"
 
 
 def test_no_build_or_a_build_of_other_sources_runs_the_pure_core(tmp_path: Path) -> None:
     empty = tmp_path / "none"
-    assert core_in({**COMPILED, "C4_NATIVE_DIR": str(empty)}).startswith("pure (not built")
+    assert core_in({"C4_NATIVE_DIR": str(empty)}).startswith("pure (not built")
     stale = tmp_path / "stale"
     stale.mkdir()
     built = native.fingerprint()
@@ -67,9 +64,9 @@ def test_no_build_or_a_build_of_other_sources_runs_the_pure_core(tmp_path: Path)
     assert isinstance(sources, dict)
     edited = {**built, "sources": {**sources, "comm.py": "0" * 64}}  # comm.py edited since
     (stale / native.MANIFEST).write_text(json.dumps({"fingerprint": edited}))
-    assert core_in({**COMPILED, "C4_NATIVE_DIR": str(stale)}).startswith("pure (the build is")
+    assert core_in({"C4_NATIVE_DIR": str(stale)}).startswith("pure (the build is")
     (stale / native.MANIFEST).write_text("{not json")
-    assert core_in({**COMPILED, "C4_NATIVE_DIR": str(stale)}).startswith("pure (not built")
+    assert core_in({"C4_NATIVE_DIR": str(stale)}).startswith("pure (not built")
 
 
 @pytest.mark.parametrize("scenario", ["scenario-demo.json", "scenario-chaos.json"])
@@ -80,7 +77,7 @@ def test_compiled_and_pure_cores_give_the_same_findings(tmp_path: Path, scenario
         "-m", "c4.cli", "simulate", "--scenario", str(SCENARIOS / scenario), "--out", str(recorded)
     )
     assert simulated.returncode == 0, simulated.stderr
-    compiled = run("-m", "c4.cli", "diagnose", str(recorded), env=COMPILED)
+    compiled = run("-m", "c4.cli", "diagnose", str(recorded))
     pure = run("-m", "c4.cli", "diagnose", str(recorded), env={"C4_PURE_PYTHON": "1"})
     assert compiled.returncode == pure.returncode == 0, (compiled.stderr, pure.stderr)
     assert compiled.stdout.count(b"\n") >= 3  # findings to agree on, not an empty run
