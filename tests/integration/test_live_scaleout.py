@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.live_runs import (
@@ -92,7 +93,11 @@ def wait_for_members(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         alive()
-        description = admin.describe_consumer_groups([group])[group].result(10)
+        try:
+            description = admin.describe_consumer_groups([group])[group].result(10)
+        except (TimeoutError, KafkaException):  # a busy broker: asked again until the deadline
+            time.sleep(0.5)
+            continue
         assigned = [m for m in description.members if m.assignment.topic_partitions]
         if str(description.state).endswith("STABLE") and len(assigned) == members:
             return
