@@ -111,14 +111,35 @@ class FabricCorrelator:
         self.vias = vias
         open_keys = self.book.open_keys(None, "link_degraded")
         named: set[str] = set()
+        # Each leaf with an uplink named -> that link.
+        leaves = {
+            end: key
+            for key in open_keys
+            for end in self._ends.get(key, ())
+            if end in self._spines_of
+        }
+        settled = []
         for flow, path in current.items():
-            if now_ns - vias[flow][1] < REROUTE_SETTLE_NS:
+            if now_ns - vias[flow][1] >= REROUTE_SETTLE_NS and (
+                path.moved_ns is None or now_ns - path.moved_ns >= REROUTE_SETTLE_NS
+            ):
+                settled.append(path)
                 continue
-            if path.moved_ns is not None and now_ns - path.moved_ns < REROUTE_SETTLE_NS:
-                continue
+            # Moved off a named link (or squeezed beside it) just now: it votes for nothing,
+            # and the named link it was slow for stays named meanwhile.
+            ends = (self._leaf_of.get(path.src_port), self._leaf_of.get(path.dst_port))
+            candidates = self._candidates(path)
+            held = [key for key in open_keys if key in candidates]
+            held += [leaves[end] for end in ends if end in leaves]
+            named.update(held)
+        squeezed = self._squeezed(leaves, open_keys, settled)
+        for path in settled:
             candidates = self._candidates(path)
             # Explained by a link already named (a switch named for a tie is not proof).
             naming = next((key for key in open_keys if key in candidates), None)
+            if naming is None and squeezed:
+                ends = (self._leaf_of.get(path.src_port), self._leaf_of.get(path.dst_port))
+                naming = next((squeezed[end] for end in ends if end in squeezed), None)
             if naming is not None:
                 # Explained by what is already named: it votes for nothing else.
                 named.add(naming)
@@ -168,6 +189,39 @@ class FabricCorrelator:
                 if resolved := self.book.resolve(None, "link_degraded", key, now_ns):
                     out.append(resolved)
         return out
+
+    def _uplink(self, path: SlowPath, leaf: str) -> str | None:
+        """The path's link between ``leaf`` (one of its ends) and its spine; None when its
+        spine is unknown or ``leaf`` is not one of its ends."""
+        ends = (self._leaf_of.get(path.src_port), self._leaf_of.get(path.dst_port))
+        if path.via is None or leaf not in ends:
+            return None
+        return self._link_of.get(frozenset((leaf, path.via)))
+
+    def _squeezed(
+        self, leaves: dict[str, str], open_keys: list[str], paths: list[SlowPath]
+    ) -> dict[str, str]:
+        """Of ``leaves`` (a leaf with an uplink named -> that link), those whose slow paths
+        the named uplink explains.
+
+        A leaf with an uplink named (degraded, or down) squeezes its traffic onto its other
+        uplinks, which a reroute around it loads further: paths over all of them are slower
+        for a known cause, no new fault. A second faulty uplink stands out among them (at
+        least twice the slow paths of any other); spread over several, they are the squeeze.
+        """
+        squeezed: dict[str, str] = {}
+        for leaf, key in leaves.items():
+            over: Counter[str] = Counter()
+            for path in paths:
+                link = self._uplink(path, leaf)
+                if link is not None and link not in open_keys:
+                    over[link] += 1
+            ranked = over.most_common(2)
+            top = ranked[0][1] if ranked else 0
+            second = ranked[1][1] if len(ranked) > 1 else 0
+            if top < MIN_PATHS or top < 2 * second:
+                squeezed[leaf] = key
+        return squeezed
 
     def _supersede(self, link: str, now_ns: int) -> list[Diagnosis]:
         """Resolve a switch named for a tie once more paths single out one of its links."""

@@ -14,7 +14,7 @@ LEAF_OF = {0: "leaf-a0", 1: "leaf-a1", 2: "leaf-a0", 3: "leaf-a2"}
 LEAVES = ("leaf-a0", "leaf-a1", "leaf-a2")
 
 
-def topology() -> Topology:
+def topology(spines: int = 2) -> Topology:
     nodes = tuple(
         TopologyNode(
             id=f"node-{i:03d}",
@@ -27,13 +27,12 @@ def topology() -> Topology:
     )
     switches = (
         *(Switch(id=leaf, tier=1) for leaf in LEAVES),
-        Switch(id="spine-a-0", tier=2),
-        Switch(id="spine-a-1", tier=2),
+        *(Switch(id=f"spine-a-{s}", tier=2) for s in range(spines)),
     )
     links = tuple(
-        FabricLink(id=f"{leaf}~{spine}", a=leaf, b=spine, gbps=400.0)
+        FabricLink(id=f"{leaf}~spine-a-{s}", a=leaf, b=f"spine-a-{s}", gbps=400.0)
         for leaf in LEAVES
-        for spine in ("spine-a-0", "spine-a-1")
+        for s in range(spines)
     )
     return Topology(v=1, kind="topology", nodes=nodes, switches=switches, links=links)
 
@@ -304,3 +303,37 @@ def test_samples_from_before_a_reroute_never_blame_the_new_path() -> None:
     firing = [(d.class_, d.suspects[0].id) for d in out if d.state == "firing"]
     assert ("link_degraded", "leaf-a0~spine-a-0") in firing
     assert not [f for f in firing if "spine-a-1" in f[1]], firing
+
+
+def leaf_a0_paths(vias: list[str]) -> list[SlowPath]:
+    """Slow connections from leaf-a0 (node-000, node-002) to leaf-a1 and leaf-a2, one per
+    spine given, each on a NIC port of its own."""
+    paths = []
+    for i, via in enumerate(vias):
+        src, dst = ("node-000", "node-001") if i % 2 == 0 else ("node-002", "node-003")
+        port = f"mlx5_{i}:1"
+        flow = f"job-1/c/{via}/{i}"
+        paths.append(SlowPath("job-1", flow, f"{src}/{port}", f"{dst}/{port}", via))
+    return paths
+
+
+def test_a_leaf_that_lost_an_uplink_is_slower_over_its_others_and_names_no_new_link() -> None:
+    # The demo's false finding: leaf-1a~spine-a-1 went down, its flows were rerouted over
+    # the leaf's other uplinks, which carry more now; their paths slow down over all of them.
+    correlator = FabricCorrelator(topology(spines=3))
+    s = 1_000_000_000
+    fired = correlator.check(T0, leaf_a0_paths(["spine-a-1", "spine-a-1"]))
+    assert [d.suspects[0].id for d in fired] == ["leaf-a0~spine-a-1"]
+    squeezed = leaf_a0_paths(["spine-a-0", "spine-a-2", "spine-a-0", "spine-a-2"])
+    for step in range(1, TIE_PATIENCE + 10):
+        assert correlator.check(T0 + step * s, squeezed) == [], step
+    assert correlator.book.open_keys(None, "link_degraded") == ["leaf-a0~spine-a-1"]
+
+
+def test_a_second_faulty_uplink_of_the_leaf_stands_out_and_is_named() -> None:
+    correlator = FabricCorrelator(topology(spines=3))
+    s = 1_000_000_000
+    correlator.check(T0, leaf_a0_paths(["spine-a-1", "spine-a-1"]))
+    second = leaf_a0_paths(["spine-a-0", "spine-a-0", "spine-a-0", "spine-a-2"])
+    fired = correlator.check(T0 + s, second)
+    assert [d.suspects[0].id for d in fired if d.state == "firing"] == ["leaf-a0~spine-a-0"]
