@@ -206,8 +206,9 @@ class FabricCorrelator:
 
         A leaf with an uplink named (degraded, or down) squeezes its traffic onto its other
         uplinks, which a reroute around it loads further: paths over all of them are slower
-        for a known cause, no new fault. A second faulty uplink stands out among them (at
-        least twice the slow paths of any other); spread over several, they are the squeeze.
+        for a known cause, no new fault. A second faulty uplink stands out among them (twice
+        the paths a finding needs, and twice those of any other uplink); a few paths, or
+        paths spread over several uplinks, are the squeeze.
         """
         squeezed: dict[str, str] = {}
         for leaf, key in leaves.items():
@@ -219,7 +220,7 @@ class FabricCorrelator:
             ranked = over.most_common(2)
             top = ranked[0][1] if ranked else 0
             second = ranked[1][1] if len(ranked) > 1 else 0
-            if top < MIN_PATHS or top < 2 * second:
+            if top < 2 * MIN_PATHS or top < 2 * second:
                 squeezed[leaf] = key
         return squeezed
 

@@ -195,8 +195,16 @@ def test_a_rerouted_path_does_not_blame_its_new_link_with_old_samples() -> None:
     # Rerouted to spine-a-0: the same slow samples for a few more reports name nothing new.
     for step in range(1, 5):
         assert correlator.check(T0 + step * s, paths("spine-a-0")) == []
-    # Still slow on the new path once its samples are its own: that link is named.
-    fired = correlator.check(T0 + 6 * s, paths("spine-a-0"))
+    # Still slow on the new path once its samples are its own, and more connections over
+    # it with them (the leaf lost an uplink: a few slow paths over its other are the
+    # squeeze, test_a_leaf_that_lost_an_uplink...): that link is named.
+    more = [
+        SlowPath(
+            "job-3", f"job-3/c/{i}", f"node-000/mlx5_{i}:1", f"node-001/mlx5_{i}:1", "spine-a-0"
+        )
+        for i in (1, 2)
+    ]
+    fired = correlator.check(T0 + 6 * s, paths("spine-a-0") + more)
     assert [d.suspects[0].id for d in fired if d.state == "firing"] == ["leaf-a0~spine-a-0"]
 
 
@@ -334,6 +342,8 @@ def test_a_second_faulty_uplink_of_the_leaf_stands_out_and_is_named() -> None:
     correlator = FabricCorrelator(topology(spines=3))
     s = 1_000_000_000
     correlator.check(T0, leaf_a0_paths(["spine-a-1", "spine-a-1"]))
-    second = leaf_a0_paths(["spine-a-0", "spine-a-0", "spine-a-0", "spine-a-2"])
-    fired = correlator.check(T0 + s, second)
+    # A few paths over one uplink (the demo's squeeze, early on) are no proof.
+    assert correlator.check(T0 + s, leaf_a0_paths(["spine-a-2", "spine-a-2"])) == []
+    second = leaf_a0_paths(["spine-a-0"] * 4 + ["spine-a-2"])
+    fired = correlator.check(T0 + 2 * s, second)
     assert [d.suspects[0].id for d in fired if d.state == "firing"] == ["leaf-a0~spine-a-0"]
