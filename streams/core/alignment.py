@@ -63,7 +63,7 @@ class LinkAlignment:
         self._queue: deque[Collective] = deque()  # in the order they came
         self.waiting: dict[str, int] = {}  # job -> how many of its reports wait
         self._nodes: dict[str, int] = {}  # node -> the latest report of a rank on it
-        self._latest_ns = _NEVER  # the latest report of any of them
+        self.latest_ns = _NEVER  # the latest report seen (live), held or not
         # Up to when reports need not wait (a lower bound: link reports only raise it),
         # until the next ``refresh`` or a node not seen before.
         self._clear_until = _NEVER
@@ -73,8 +73,8 @@ class LinkAlignment:
         if self._progress is None:
             return False  # a replay reads every input in event time
         ts_ns = message.ts_ns
-        if ts_ns > self._latest_ns:
-            self._latest_ns = ts_ns
+        if ts_ns > self.latest_ns:
+            self.latest_ns = ts_ns
         node = message.node
         if node is not None:
             last = self._nodes.get(node)
@@ -145,7 +145,7 @@ class LinkAlignment:
         clear = 1 << 62
         # Silent against the latest report seen, held ones too: a node that stopped
         # reporting stays silent however long the held reports wait.
-        quiet = self._latest_ns - self._silent_ns
+        quiet = self.latest_ns - self._silent_ns
         for node, last in self._nodes.items():
             if last < quiet:
                 continue  # its ranks stopped reporting: down, its agent too

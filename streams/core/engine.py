@@ -261,7 +261,7 @@ class Engine:
         out: list[Diagnosis] = []
         if isinstance(message, Collective):
             if self.alignment.holds(message):
-                return out  # it moves the clock when it is processed, in its job's order
+                return out  # it moves the clock when it is processed, in the order it came
             out.extend(self._on_collective(message))
         elif isinstance(message, Link):
             out.extend(self.hardware.on_link(message))
@@ -306,7 +306,9 @@ class Engine:
                 elif isinstance(caused, Diagnosis):
                     out.append(caused)
         elif isinstance(message, Route):
-            self.routes.update(message, self.clock.now_ns)
+            # Learnt as of the latest report seen, held ones too: a plan's settling time
+            # runs from when it came among the reports, however long they wait.
+            self.routes.update(message, max(self.clock.now_ns, self.alignment.latest_ns))
         if isinstance(message, DATA_KINDS):
             # Only measurements move event time: placements and route plans come from
             # launchers and action workers stamped on their own clocks.

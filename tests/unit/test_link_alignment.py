@@ -15,7 +15,7 @@ from functools import cache
 import pytest
 
 from schemas.base import C4Model
-from schemas.messages import Collective, Diagnosis, Job, Link
+from schemas.messages import Collective, Diagnosis, Job, Link, Route
 from simulator.cluster import Cluster, build_cluster
 from simulator.run import simulate_cluster
 from simulator.scenario import scenario_from
@@ -280,3 +280,29 @@ def test_held_reports_are_in_the_jobs_snapshot_and_a_fact_about_the_job_comes_af
     )
     assert not again.alignment.waiting
     assert "j" not in again.jobs
+
+
+def test_a_route_plan_counts_from_the_latest_report_seen_held_ones_too() -> None:
+    reports = Reports()
+    engine = Engine(progress=reports)
+    reports.behind.add("n1")
+    engine.process(collective("j", "n1", 5 * NS))
+    engine.process(collective("j", "n1", 9 * NS))
+    assert sum(engine.alignment.waiting.values()) == 2
+    plan = Route.model_validate(
+        {
+            "v": 1,
+            "kind": "route",
+            "node": "n1",
+            "ts_ns": 0,
+            "plan": "p-1",
+            "paths": [{"flow": "j/c0/0->1", "port": "mlx5_0:1", "via": "spine-a-1"}],
+        }
+    )
+    engine.process(plan)
+    moved = plan.model_copy(
+        update={"plan": "p-2", "paths": (plan.paths[0].model_copy(update={"via": "spine-a-0"}),)}
+    )
+    engine.process(moved)
+    # Settling runs from 9 s (the reports are held), not from the clock they have not moved.
+    assert engine.routes.moved_at("j/c0/0->1") == 9 * NS
