@@ -31,7 +31,7 @@ from schemas.messages import Collective
 # A report interval of the link counters (1 s) and then some: within it a node's reports
 # are as recent as the job's, and in steady state nothing ever waits.
 LINK_REPORTS_SLACK_NS = 2_000_000_000
-# Reports one job may hold back; past it the oldest goes on (memory stays bounded).
+# Reports held back at most, of all jobs; past it the oldest goes on (memory stays bounded).
 MAX_WAITING = 65_536
 _NEVER = -(1 << 62)
 
@@ -124,6 +124,7 @@ class LinkAlignment:
         for message in messages:
             self._queue.append(message)
             self.waiting[job] = self.waiting.get(job, 0) + 1
+            self.latest_ns = max(self.latest_ns, message.ts_ns)
             if message.node is not None and message.ts_ns > self._nodes.get(message.node, _NEVER):
                 self._nodes[message.node] = message.ts_ns
                 self._clear_until = _NEVER
