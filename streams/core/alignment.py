@@ -109,10 +109,6 @@ class LinkAlignment:
         del self.waiting[job]
         return mine
 
-    def forget(self, job: str) -> list[Collective]:
-        """The job is gone from here (its partition moved): its held reports are dropped."""
-        return self.release(job)
-
     def held_of(self, job: str) -> list[Collective]:
         """The reports of the job held back now, oldest first (for its snapshot)."""
         if job not in self.waiting:

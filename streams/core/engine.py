@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-import orjson
-
 from schemas.base import C4Model
-from schemas.codec import decode_object, encode
+from schemas.codec import decode_object
 from schemas.files import Topology
 from schemas.messages import Collective, Collectives, Diagnosis, Gpu, Job, Link, Member, Route
 from streams.core.alignment import LinkAlignment
@@ -227,7 +225,6 @@ class Engine:
         self.alignment = LinkAlignment(
             progress, self.hardware.node_reported_at, self.params.silent_after_ns
         )
-        self._release_check_ns = 0
 
     @property
     def now_ns(self) -> int:
@@ -482,7 +479,7 @@ class Engine:
             return None
         state = {} if detector is None else detector.state()
         if waiting:
-            state[WAITING_KEY] = [orjson.loads(encode(message)) for message in waiting]
+            state[WAITING_KEY] = [each.model_dump(mode="json", by_alias=True) for each in waiting]
         return state if world is None else state | {MEMBERSHIP_KEY: world}
 
     def restore_job(self, job: str, state: dict[str, Any]) -> None:
@@ -507,7 +504,7 @@ class Engine:
         """Forget a job whose partition moved to another worker."""
         self.jobs.pop(job, None)
         self.held.discard(job)
-        self.alignment.forget(job)
+        self.alignment.release(job)  # its snapshot holds them: the next owner goes on
         self.membership.drop(job)
         self.placements.forget(job)
         self._reported_paths.pop(job, None)
