@@ -406,10 +406,7 @@ class Engine:
         if progress is None or not progress.hardware_behind():
             return False
         silent = detector.params.silent_after_ns
-        data_now = max(
-            (m.last_seen_ns for tracker in detector.comms.values() for m in tracker.members),
-            default=-1,
-        )
+        data_now = detector.data_now_ns()
         if data_now < 0:
             return False
         now_ns = min(now_ns, data_now + silent)
