@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+from streams.core.stats import medians_of_others
+
 # Windows kept in a rank's history of verdicts; newer windows of a group after which an
 # incomplete one is judged without the members that never reported past it.
 VERDICTS_KEPT = 16
@@ -269,14 +271,14 @@ class ComputeTracker:
         slope = _load_slope(list(times.values()))
         # What each member computes beyond what its tokens explain (slope 0 without
         # all-to-alls): a slow GPU stands out, the busiest expert does not.
-        residual = {i: t.compute_ns - slope * t.a2a_bytes for i, t in times.items()}
-        for i, mine in times.items():
-            others = [r for j, r in residual.items() if j != i]
-            if not others:
-                continue
+        judged = list(times.items())
+        # Each member's peers as the median of the others' residuals, from one sort of them
+        # all: a data-parallel group over every rank of the job has thousands of members.
+        peers = medians_of_others([t.compute_ns - slope * t.a2a_bytes for _, t in judged])
+        for (i, mine), others in zip(judged, peers, strict=False):
             rank = window.members[i]
             verdicts = self.verdicts.setdefault(rank, deque(maxlen=VERDICTS_KEPT))
-            expected = median(others) + slope * mine.a2a_bytes
+            expected = others + slope * mine.a2a_bytes
             end = window.ends[i]
             if mine.completed == 0 or (expected < floor and mine.compute_ns < 2 * floor):
                 verdicts.append((end, None, 0.0))

@@ -23,6 +23,10 @@ class StragglerCheck:
         self._book = book
         self.compute = ComputeTracker(params.straggler_slice_ns)
         self._anchors_of = -1  # how many communicators the anchor groups were chosen from
+        # global rank -> (its largest collective group, its rank there), and what it was
+        # built from (each group with its places' version)
+        self._members_index: dict[int, tuple[CommTracker, int]] = {}
+        self._members_stamp: tuple[tuple[int, int], ...] | None = None
 
     def add(self, message: Collective) -> None:
         """Take one rank's report of its latest operation."""
@@ -75,16 +79,26 @@ class StragglerCheck:
 
     def _member_of(self, global_rank: int) -> tuple[CommTracker, int] | None:
         """The collective group (the largest) and communicator rank of a global rank."""
-        best: tuple[CommTracker, int] | None = None
-        for tracker in self._groups.comms.values():
-            if ":p2p:" in tracker.comm:
-                continue
-            for index, member in enumerate(tracker.members):
-                if member.global_rank == global_rank and (
-                    best is None or tracker.size > best[0].size
-                ):
-                    best = (tracker, index)
-        return best
+        stamp = tuple(
+            (id(tracker), tracker.place_version) for tracker in self._groups.comms.values()
+        )
+        if stamp != self._members_stamp:
+            # One pass over every member of every group, again only when a group or a
+            # member's rank changed: a lookup per slow rank, not a scan of the job.
+            index: dict[int, tuple[CommTracker, int]] = {}
+            for tracker in self._groups.comms.values():
+                if ":p2p:" in tracker.comm:
+                    continue
+                for position, member in enumerate(tracker.members):
+                    rank = member.global_rank
+                    if rank is None:
+                        continue
+                    best = index.get(rank)
+                    if best is None or tracker.size > best[0].size:
+                        index[rank] = (tracker, position)
+            self._members_index = index
+            self._members_stamp = stamp
+        return self._members_index.get(global_rank)
 
     def check(self, now_ns: int, hung: bool, out: list[Diagnosis]) -> None:
         params = self._params

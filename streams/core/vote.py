@@ -108,13 +108,20 @@ class JobVote:
                 slow[port] += is_slow
             if is_slow:
                 slow_conns.append((tracker, rank, peer, src, dst))
+        # Each port's slow connections, gathered once: the checks below read a port's own,
+        # never every slow connection of the job per port (16k of them in a slow ring).
+        slow_of: dict[str, list[tuple[CommTracker, int, int, str, str]]] = {}
+        for conn in slow_conns:
+            for port in {conn[3], conn[4]}:
+                slow_of.setdefault(port, []).append(conn)
         ports = {
             port: (0.97 if self._ports.errors_rising(port) else 0.9)
             for port, count in slow.items()
             if count >= JOB_VOTE_MIN_CONNS
             and count >= JOB_VOTE_SHARE * carried[port]
-            and not _shadowed(port, slow_conns)
-            and not self._behind_one_link(port, slow_conns)
+            and not _shadowed(port, slow_of[port])
+            # Every one crossing one fabric link: that link explains them (the correlator's).
+            and not self._shared_links(slow_of[port])
         }
         if len(ports) > max(2, len(carried) // 4):
             ports = {}  # slow nearly everywhere: no port singled out
@@ -177,13 +184,6 @@ class JobVote:
             seen.append((path, fallen))
         return seen
 
-    def _behind_one_link(
-        self, port: str, slow_conns: list[tuple[CommTracker, int, int, str, str]]
-    ) -> bool:
-        """Whether every slow connection of ``port`` crosses one fabric link (leaf~spine,
-        from the plan's spines): that link explains them, the correlator's business."""
-        return bool(self._shared_links([c for c in slow_conns if port in (c[3], c[4])]))
-
     def _any_moved(self, conns: list[tuple[CommTracker, int, int, str, str]]) -> bool:
         """Whether a route plan ever moved one of these connections."""
         return any(
@@ -211,12 +211,11 @@ class JobVote:
 
 
 def _shadowed(port: str, slow_conns: list[tuple[CommTracker, int, int, str, str]]) -> bool:
-    """Whether another port lies on every slow connection of ``port``: the two ends of the
-    same connections (a pipeline pair and nothing else) cannot be told apart."""
+    """Whether another port lies on every slow connection of ``port`` (``slow_conns``: its
+    own): the two ends of the same connections (a pipeline pair and nothing else) cannot be
+    told apart."""
     others: set[str] | None = None
     for _, _, _, src, dst in slow_conns:
-        if port not in (src, dst):
-            continue
         ends = {src, dst} - {port}
         others = ends if others is None else others & ends
         if not others:
