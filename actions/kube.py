@@ -255,7 +255,9 @@ class Kube:
             patch["metadata"]["resourceVersion"] = node["metadata"]["resourceVersion"]
             try:
                 self._write(
-                    f"/api/v1/nodes/{name}", patch, "application/merge-patch+json",
+                    f"/api/v1/nodes/{name}",
+                    patch,
+                    "application/merge-patch+json",
                     _node_kubectl(name, patch),
                 )
             except ApiStatus as error:
@@ -314,23 +316,26 @@ class Kube:
     ) -> list[dict[str, Any]]:
         """The job's pods bound to any of ``nodes``: those labelled ``<job_label>=<job>``
         and those the ranks named in the job's placement (``named``), each once."""
-        if not label_value_ok(job):
-            message = f"job id {job!r} cannot be a label value: no pod can carry it"
-            raise KubeError(message, retryable=False)
-        namespace = self._scheduler.namespace
-        where = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
-        selector = f"{self._scheduler.job_label}={job}"
-        listed = self._api.get(f"{where}?labelSelector={selector}")
         wanted = set(nodes)
         pods = {
             _ident(pod): pod
-            for pod in listed.get("items") or []
+            for pod in self.labelled_pods(job)
             if pod.get("spec", {}).get("nodeName") in wanted
         }
         unlisted = [ident for ident in named if ident not in pods]
         for pod in self.named_pods(unlisted, nodes):
             pods[_ident(pod)] = pod
         return [pods[ident] for ident in sorted(pods)]
+
+    def labelled_pods(self, job: str) -> list[dict[str, Any]]:
+        """Every pod labelled ``<job_label>=<job>``, wherever it is bound."""
+        if not label_value_ok(job):
+            message = f"job id {job!r} cannot be a label value: no pod can carry it"
+            raise KubeError(message, retryable=False)
+        namespace = self._scheduler.namespace
+        where = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+        selector = f"{self._scheduler.job_label}={job}"
+        return list(self._api.get(f"{where}?labelSelector={selector}").get("items") or [])
 
     def named_pods(self, idents: Sequence[str], nodes: Sequence[str]) -> list[dict[str, Any]]:
         """The pods named ``namespace/name`` (the ranks' own reports) bound to ``nodes``;
@@ -443,9 +448,7 @@ def replacement_pod(pod: dict[str, Any], diagnosis: str, nodes: Sequence[str]) -
     name = f"{origin}-c4r{generation}"
     spec = {k: v for k, v in pod.get("spec", {}).items() if k != "nodeName"}
     spec["affinity"] = _kept_off(spec.get("affinity") or {}, nodes)
-    metadata = {
-        k: v for k, v in meta.items() if k not in (*_SERVER_FIELDS, "name", "selfLink")
-    }
+    metadata = {k: v for k, v in meta.items() if k not in (*_SERVER_FIELDS, "name", "selfLink")}
     metadata.pop("deletionTimestamp", None)
     metadata.pop("deletionGracePeriodSeconds", None)
     metadata["name"] = name

@@ -20,7 +20,7 @@ from pydantic import JsonValue
 
 from actions.config import WorkerConfig
 from actions.executors import Context, DeadLetterSink
-from actions.kube import Kube, KubeError
+from actions.kube import Kube, KubeError, label_value_ok
 from actions.outcome import Reason, Result, done, failed, skipped
 from actions.policy import Step
 from actions.scheduler_steps import NodeIsolateStep, SchedulerStep, node_of, scheduler_failure
@@ -52,22 +52,46 @@ class KubeIsolateExecutor(NodeIsolateStep):
         kube: Kube,
         dead_letter: DeadLetterSink,
         checkpoint: Callable[[str], None] = lambda name: None,
+        placements: Placements | None = None,
     ) -> None:
         super().__init__(components, config, dead_letter, checkpoint)
         self._kube = kube
+        self._placements = placements
 
     def take_out(self, node: str, step: Step, context: Context) -> str:
         diagnosis = context.diagnosis
         return self._kube.isolate(node, step.target, diagnosis.id, diagnosis.class_).value
+
+    def earlier_run(self, node: str, context: Context) -> str | None:
+        diagnosis = context.diagnosis
+        if diagnosis.job is None or not label_value_ok(diagnosis.job):
+            return None
+        job = diagnosis.job
+        try:
+            places = (self._placements.placement(job) if self._placements else None) or {}
+            named = [place.pod for place in places.values() if place.pod]
+            if self._kube.job_pods(job, (node,), named):
+                return None  # the job still runs there: the finding is about this run
+            _, newer = self._kube.split_by_onset(self._kube.labelled_pods(job), diagnosis.onset_ns)
+        except KubeError as error:
+            if error.retryable:
+                raise
+            return None
+        except StateError:
+            return None  # the placement cannot be read: nothing to tell the runs apart
+        if not newer:
+            return None  # gone from the node, not placed again since: no newer run
+        return (
+            f"{job} has no pod on {node} and {len(newer)} created after the finding "
+            "began: it is about an earlier run"
+        )
 
     def preview(self, step: Step, diagnosis: Diagnosis) -> list[str]:
         node = node_of(step.kind, step.target)
         if node is None:
             return []
         scheduler = self._scheduler
-        taint = (
-            f"{scheduler.taint_key}={diagnosis.class_}:{scheduler.effect_for(diagnosis.class_)}"
-        )
+        taint = f"{scheduler.taint_key}={diagnosis.class_}:{scheduler.effect_for(diagnosis.class_)}"
         return [
             shlex.join(["kubectl", "cordon", node]),
             shlex.join(["kubectl", "taint", "nodes", node, taint, "--overwrite"]),
@@ -107,13 +131,9 @@ class KubeRestartExecutor(_KubeStep):
                 return self._nothing_left(job, diagnosis.id, step.nodes, newer)
             # Counted before any pod is touched, once for the diagnosis: a retry after a
             # crash finds it counted ("again") and finishes what is left.
-            counted, restarts = self._restarts.count_restart(
-                job, diagnosis.id, self._max_restarts
-            )
+            counted, restarts = self._restarts.count_restart(job, diagnosis.id, self._max_restarts)
             if counted == "limit":
-                message = (
-                    f"{job} was restarted {restarts} times, the limit is {self._max_restarts}"
-                )
+                message = f"{job} was restarted {restarts} times, the limit is {self._max_restarts}"
                 return failed(Reason.RESTART_LIMIT, message, restarts=restarts)
             restart = self._kube.restart(
                 older, diagnosis.id, step.nodes, lambda: self._checkpoint("kube_deleted")

@@ -12,7 +12,7 @@ from pydantic import JsonValue
 from actions import SchedulerError
 from actions.config import Backoff, Scheduler, WorkerConfig
 from actions.executors import Context, DeadLetterSink, Executor, IsolateExecutor, step_letter
-from actions.outcome import Reason, Result, failed
+from actions.outcome import Reason, Result, failed, skipped
 from actions.policy import Step
 from actions.state.protocols import ComponentStates
 
@@ -73,6 +73,7 @@ class NodeIsolateStep(SchedulerStep):
         checkpoint: Callable[[str], None] = lambda name: None,
     ) -> None:
         super().__init__(config.scheduler, dead_letter)
+        self._components = components
         self._state = IsolateExecutor(components, config)
         self._checkpoint = checkpoint
 
@@ -80,9 +81,27 @@ class NodeIsolateStep(SchedulerStep):
     def take_out(self, node: str, step: Step, context: Context) -> str:
         """Take the node out in the scheduler, checked against its state; the answer."""
 
+    @abc.abstractmethod
+    def earlier_run(self, node: str, context: Context) -> str | None:
+        """Why the finding (of a part of ``node``) is about a run of its job that the
+        scheduler has replaced since (a restart for another finding), None when it is not
+        or cannot be told."""
+
     def execute(self, step: Step, context: Context) -> Result:
-        recorded = self._state.execute(step, context)
         node = node_of(step.kind, step.target)
+        current = self._components.component(step.kind, step.target)
+        retry = current is not None and current.diagnosis == context.diagnosis.id
+        if node is not None and not retry:
+            # A finding about a run the job has left (its last reports came after a restart
+            # for another finding of the same fault) takes nothing out: that finding did, and
+            # a node given back since must stay in service. Checked before the state changes.
+            try:
+                why = self.earlier_run(node, context)
+            except SchedulerError as error:
+                return scheduler_failure(error, node=node)
+            if why is not None:
+                return skipped(Reason.EARLIER_RUN, why, node=node)
+        recorded = self._state.execute(step, context)
         if recorded.status != "done" or node is None:
             return recorded
         try:
@@ -92,4 +111,3 @@ class NodeIsolateStep(SchedulerStep):
         self._checkpoint(self.taken_out)  # a test's crash point: out, not recorded
         # "held": a person took the node out already; it is out of service all the same.
         return recorded.with_detail(node=node, **{self.driver: answer})
-

@@ -24,6 +24,7 @@ from actions.scheduler_steps import NodeIsolateStep, SchedulerStep, node_of, sch
 from actions.slurm import (
     MARK_PREFIX,
     Answer,
+    JobInfo,
     Slurm,
     SlurmError,
     drain_reason,
@@ -68,6 +69,26 @@ class SlurmIsolateExecutor(NodeIsolateStep):
             node, drain_reason(diagnosis.id, diagnosis.class_, step.target)
         ).value
 
+    def earlier_run(self, node: str, context: Context) -> str | None:
+        del node  # a requeue replaces the whole run, wherever it ran
+        diagnosis = context.diagnosis
+        if diagnosis.job is None:
+            return None
+        try:
+            info = self._slurm.job(diagnosis.job)
+        except SlurmError as error:
+            if error.retryable:
+                raise
+            return None  # not a job Slurm knows (any more): nothing to tell the runs apart
+        if not _earlier_run(diagnosis, info):
+            return None
+        mark = info.mark()
+        by = f"by c4 for {mark[0]}" if mark is not None else "not by c4"
+        return (
+            f"the finding began before Slurm job {diagnosis.job}'s current run was queued "
+            f"({by}): it is about an earlier run"
+        )
+
     def preview(self, step: Step, diagnosis: Diagnosis) -> list[str]:
         node = node_of(step.kind, step.target)
         if node is None:
@@ -105,7 +126,7 @@ class SlurmRestartExecutor(_SlurmStep):
             info = self._slurm.job(job)
             mark = info.mark()
             ours = mark is not None and mark[0] == diagnosis
-            if not ours and _predates(context.diagnosis, info.submitted_s):
+            if _earlier_run(context.diagnosis, info):
                 # A finding about a run that was requeued already (its last reports arrive
                 # after the requeue): requeuing the new run would stop a healthy job.
                 message = (
@@ -147,9 +168,14 @@ class SlurmRestartExecutor(_SlurmStep):
         return [shlex.join(command) for command in commands]
 
 
-def _predates(diagnosis: Diagnosis, submitted_s: int | None) -> bool:
-    """Whether the finding began before the job's current run was queued."""
-    return submitted_s is not None and diagnosis.onset_ns < submitted_s * 1_000_000_000
+def _earlier_run(diagnosis: Diagnosis, info: JobInfo) -> bool:
+    """Whether the finding began before the job's current run was queued, a run that this
+    finding's own requeue did not start (a retry after that requeue is still its business)."""
+    mark = info.mark()
+    if mark is not None and mark[0] == diagnosis.id:
+        return False
+    queued = info.submitted_s
+    return queued is not None and diagnosis.onset_ns < queued * 1_000_000_000
 
 
 class SpareMirror:

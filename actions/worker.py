@@ -121,7 +121,6 @@ def build_executors(
         metrics.record_plan(max_util, links)
         metrics.routes.inc(routes)
 
-
     # The plan in force lives under the cluster state's prefix, beside what it is made from.
     plans = PlanStore(state.client, f"{state.keys.prefix}:plan:")
     launcher = JobLauncher(config.launcher)
@@ -131,7 +130,7 @@ def build_executors(
 
         kube = Kube(ClientApi(scheduler.kubeconfig, scheduler.command_timeout_s), scheduler)
         isolate: Executor = KubeIsolateExecutor(
-            state.components, config, kube, publish_kube_letter, checkpoint
+            state.components, config, kube, publish_kube_letter, checkpoint, state.jobs
         )
         restart: Executor = KubeRestartExecutor(
             state.jobs, state.jobs, config, kube, publish_kube_letter, checkpoint
@@ -141,9 +140,7 @@ def build_executors(
         isolate = SlurmIsolateExecutor(
             state.components, config, slurm, publish_scheduler_letter, checkpoint
         )
-        restart = SlurmRestartExecutor(
-            config, slurm, publish_scheduler_letter, checkpoint
-        )
+        restart = SlurmRestartExecutor(config, slurm, publish_scheduler_letter, checkpoint)
     else:
         isolate = IsolateExecutor(state.components, config)
         restart = RestartExecutor(

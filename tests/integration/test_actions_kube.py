@@ -191,8 +191,15 @@ def place_job(cluster: Cluster, admin: Admin, namespace: str, job: str) -> None:
     ranks[2]["pod"] = f"{namespace}/w1-named"
     cluster.send(
         "job",
-        {"v": 1, "kind": "job", "job": job, "ts_ns": 1_000, "state": "running",
-         "ranks": ranks, "comms": {"c0": list(range(8))}},
+        {
+            "v": 1,
+            "kind": "job",
+            "job": job,
+            "ts_ns": 1_000,
+            "state": "running",
+            "ranks": ranks,
+            "comms": {"c0": list(range(8))},
+        },
         key=job,
     )
     wait_for(lambda: cluster.state.jobs.placement(job), what=f"placement of {job} recorded")
@@ -269,6 +276,38 @@ def test_a_hang_cordons_taints_and_conditions_the_node_and_takes_the_jobs_pods_o
         assert c4_marks(admin.node(healthy)) == (False, [], [])
 
 
+def test_a_finding_of_the_run_before_the_restart_marks_nothing_after_a_release(
+    cluster: Cluster, admin: Admin, nodes: str, kube_stack: Settings, tmp_path: Path
+) -> None:
+    # One fault, two findings: the second from the last reports of the run the first one's
+    # restart replaced (same stopped ranks, an onset before the restart). The node was
+    # given back in between; the second finding must not take it out again.
+    job = f"llm-{cluster.unique}"
+    config_path = write_config(tmp_path, kube_config(kube_stack))
+    worker = WorkerProcess(cluster, config_path, tmp_path / "worker.log")
+    onset = time.time_ns()
+    try:
+        place_job(cluster, admin, nodes, job)
+        suspects = [("gpu", "node-001/gpu1", 0.95)]
+        cluster.send("diagnosis", diagnosis("d-k3", job, suspects, onset_ns=onset), job)
+        cluster.wait_actions(2, timeout_s=60)
+        released = state_release(cluster, config_path, "node-001")
+        assert released.returncode == 0, released.stderr
+        # Creation times are whole seconds: an onset well before the replacements.
+        late = diagnosis("d-k3b", job, suspects, onset_ns=onset - 2_000_000_000)
+        cluster.send("diagnosis", late, job)
+        actions = cluster.wait_actions(4, timeout_s=60)
+    finally:
+        worker.stop()
+    second = {a.action: a for a in actions if a.diagnosis == "d-k3b"}
+    assert {name: (a.status, a.detail.get("reason")) for name, a in second.items()} == {
+        "isolate": ("skipped", "earlier_run"),
+        "restart": ("skipped", "earlier_run"),
+    }, worker.log()
+    assert c4_marks(admin.node("node-001")) == (False, [], [])  # still in service
+    assert cluster.state.components.component("node", "node-001").state == "healthy"
+
+
 @pytest.mark.parametrize("crash_at", ["kube_marked", "kube_deleted"])
 def test_killed_mid_action_still_one_set_of_marks_and_one_deletion(
     cluster: Cluster,
@@ -327,8 +366,9 @@ def test_release_removes_only_c4s_marks_and_a_persons_cordon_survives(
         cluster.send("diagnosis", diagnosis("d-r1", None, [("node", "node-002", 0.9)]))
         cluster.send("diagnosis", diagnosis("d-r2", None, [("node", "node-003", 0.9)]))
         isolations = wait_for(
-            lambda: len(found := [a for a in cluster.actions() if a.action == "isolate"]) == 2
-            and found,
+            lambda: (
+                len(found := [a for a in cluster.actions() if a.action == "isolate"]) == 2 and found
+            ),
             60,
             "two isolate records",
         )

@@ -90,6 +90,41 @@ def test_a_hang_drains_the_node_and_requeues_the_job_off_it(
     assert again.restarts == 1 and bad not in driver.expand(again.nodes)
 
 
+def test_a_finding_of_the_run_before_the_requeue_drains_nothing_after_a_release(
+    cluster: Cluster, clean: Settings, tmp_path: Path
+) -> None:
+    # One fault, two findings: the second from the last reports of the run the first one's
+    # requeue replaced (same stopped ranks, an onset before the requeue). The node was given
+    # back in between; the second finding must not drain it again.
+    driver = Slurm(CommandRunner(str(slurm_conf_path(clean))))
+    config_path = tmp_path / "worker.yaml"
+    config_path.write_text(yaml.safe_dump(slurm_config(clean)))
+    worker = WorkerProcess(cluster, config_path, tmp_path / "worker.log")
+    try:
+        job, nodes = start_job(cluster, clean, tmp_path)
+        bad, onset = nodes[1], now_ns()
+        suspects = [("gpu", f"{bad}/gpu1", 0.95)]
+        cluster.send("diagnosis", diagnosis("d-s4", job, suspects, onset_ns=onset), job)
+        cluster.wait_actions(2, timeout_s=60)
+        wait_job(driver, job, "RUNNING")
+        released = state_release(cluster, config_path, bad)
+        assert released.returncode == 0, released.stderr
+        assert not driver.node(bad).drained
+        # SubmitTime is whole seconds: an onset well before the requeue.
+        late = diagnosis("d-s4b", job, suspects, onset_ns=onset - 2_000_000_000)
+        cluster.send("diagnosis", late, job)
+        actions = cluster.wait_actions(4, timeout_s=60)
+    finally:
+        worker.stop()
+    second = {a.action: a for a in actions if a.diagnosis == "d-s4b"}
+    assert {name: (a.status, a.detail.get("reason")) for name, a in second.items()} == {
+        "isolate": ("skipped", "earlier_run"),
+        "restart": ("skipped", "earlier_run"),
+    }, worker.log()
+    assert not driver.node(bad).drained  # still in service
+    assert driver.job(job).restarts == 1  # requeued once, for the first finding
+
+
 @pytest.mark.parametrize("crash_at", ["slurm_drained", "slurm_requeued"])
 def test_killed_between_drain_and_requeue_still_one_drain_and_one_requeue(
     cluster: Cluster, clean: Settings, tmp_path: Path, crash_at: str

@@ -23,7 +23,7 @@ from actions.slurm import (
     parse_job,
 )
 from actions.slurm_executors import SlurmIsolateExecutor, SlurmRestartExecutor
-from actions.state.model import Claim
+from actions.state.model import Claim, Component, Transition, TransitionRequest
 from schemas.files import Topology
 from tests.unit.test_actions_pipeline import diagnosis
 from topology.generate import Shape, generate
@@ -144,3 +144,71 @@ def test_a_finding_about_an_earlier_run_requeues_nothing() -> None:
     assert result.reason is Reason.SCHEDULER_REJECTED and slurm.changes
     # No SubmitTime (or one Slurm could not give): no such check.
     assert parse_job("JobId=42 SubmitTime=Unknown").submitted_s is None
+
+
+class OneComponent:
+    """The cluster state of one node: healthy (or as a transition left it)."""
+
+    def __init__(self, state: str = "healthy", diagnosis: str = "") -> None:
+        self.current = Component("node", "node-002", state, 1, diagnosis=diagnosis)
+        self.requests: list[TransitionRequest] = []
+
+    def component(self, kind: str, ident: str) -> Component | None:
+        return self.current if (kind, ident) == ("node", "node-002") else None
+
+    def transition(self, request: TransitionRequest) -> Transition:
+        self.requests.append(request)
+        self.current = Component("node", "node-002", "isolated", 2, diagnosis=request.diagnosis)
+        return Transition("ok", epoch=2)
+
+
+def isolate_for(
+    onset_s: int, job_line: str, components: OneComponent | None = None
+) -> tuple[Result, ScriptedSlurm, OneComponent]:
+    config = parse_config({"scheduler": {"kind": "slurm"}}, {})
+    slurm = ScriptedSlurm(job_line)
+    state = components or OneComponent()
+    isolate = SlurmIsolateExecutor(state, config, Slurm(slurm), lambda letter, key: None)
+    found = diagnosis().model_copy(
+        update={"job": "42", "onset_ns": onset_s * 10**9, "ts_ns": onset_s * 10**9}
+    )
+    context = Context(found, Claim("claim:d-1", "1"), (), "test", found.ts_ns)
+    return isolate.execute(Step("isolate", "node-002", "node"), context), slurm, state
+
+
+def test_a_finding_about_an_earlier_run_drains_nothing() -> None:
+    # The same stopped ranks seen again from the requeued run's last reports: a second
+    # finding of one fault. Its drain would take out a node given back since.
+    line = "JobId=42 JobState=RUNNING Restarts=1 SubmitTime=2026-12-05T00:13:12 NodeList=n1"
+    queued = parse_job(line).submitted_s
+    assert queued is not None
+    result, slurm, state = isolate_for(queued - 3, line)
+    assert (result.status, result.reason) == ("skipped", Reason.EARLIER_RUN)
+    assert "earlier run" in result.message and result.detail["node"] == "node-002"
+    assert slurm.changes == [] and state.requests == []  # neither drained nor marked
+    # A finding about the current run is isolated: marked, then Slurm is asked to drain.
+    result, slurm, state = isolate_for(queued + 5, line)
+    assert state.requests and slurm.changes[0][:2] == ["sinfo", "-h"]
+    # The finding's own requeue started the current run: a retry of its isolate goes on.
+    own = line + " AdminComment=c4:requeue=d-1@0"
+    result, slurm, state = isolate_for(queued - 3, own)
+    assert state.requests and result.reason is not Reason.EARLIER_RUN
+    # Isolated by it already (a retry after a crash): not asked again, whatever the run.
+    result, slurm, state = isolate_for(queued - 3, line, OneComponent("isolated", "d-1"))
+    assert result.reason is not Reason.EARLIER_RUN
+
+
+def test_an_isolate_for_a_job_slurm_does_not_know_goes_on() -> None:
+    config = parse_config({"scheduler": {"kind": "slurm"}}, {})
+    state = OneComponent()
+
+    def unknown(args: Sequence[str]) -> Output:
+        if list(args[:3]) == ["scontrol", "-o", "show"]:
+            return Output(1, "", "slurm_load_jobs error: Invalid job id specified")
+        return Output(0, "", "")
+
+    isolate = SlurmIsolateExecutor(state, config, Slurm(unknown), lambda letter, key: None)
+    found = diagnosis().model_copy(update={"job": "job-7"})
+    context = Context(found, Claim("claim:d-1", "1"), (), "test", found.ts_ns)
+    result = isolate.execute(Step("isolate", "node-002", "node"), context)
+    assert result.reason is not Reason.EARLIER_RUN and state.requests  # on to the drain
