@@ -266,6 +266,7 @@ def _start(c10d: ModuleType, env: Mapping[str, str]) -> None:
             interval_s=interval,
             node=identity.node,
             gpu=gpu if gpu is not None else identity.local_rank,
+            restart=identity.restart,
         )
     except InstrumentationError as error:
         sink.close()

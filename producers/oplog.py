@@ -43,8 +43,11 @@ class CommLog:
 class OpRecorder:
     """Every communicator of one training process (one global rank)."""
 
-    def __init__(self, job: str, node: str | None = None, gpu: int | None = None) -> None:
+    def __init__(
+        self, job: str, node: str | None = None, gpu: int | None = None, restart: int | None = None
+    ) -> None:
         self.job, self.node, self.gpu = job, node, gpu
+        self.restart = restart  # the job's restart count: which run reports
         self._logs: dict[str, CommLog] = {}
 
     def comm(self, comm: str, comm_size: int, rank: int, global_rank: int) -> CommLog:
@@ -91,6 +94,7 @@ class OpRecorder:
             global_rank=log.global_rank,
             node=self.node,
             gpu=self.gpu,
+            restart=self.restart,
             ts_ns=max([ts_ns, *enters]),
             ops=Ops(
                 seq=tuple(_as_int(record[SEQ]) for record, _ in chosen),

@@ -100,6 +100,7 @@ class TorchInstrumentation:
         completion: Completion = "auto",
         poll_s: float | None = None,
         native: bool | None = None,
+        restart: int | None = None,
     ) -> None:
         try:
             import torch.distributed as dist
@@ -115,7 +116,7 @@ class TorchInstrumentation:
             )
             raise InstrumentationError(message)
         self._dist, self._c10d = dist, c10d
-        self.recorder = OpRecorder(job, node, gpu)
+        self.recorder = OpRecorder(job, node, gpu, restart)
         self._sink = sink
         self.interval_s = interval_s
         self._ops: dict[Any, OpName] = hook_ops()
@@ -423,6 +424,7 @@ def instrument(
     completion: Completion = "auto",
     native: bool | None = None,
     poll_s: float | None = None,
+    restart: int | None = None,
 ) -> TorchInstrumentation:
     """Start recording every process group's operations; call once, early in the script.
 
@@ -434,11 +436,12 @@ def instrument(
     use: no GIL taken, no Python run per operation, polled every 500 µs) or in Python (hooks
     that take the GIL back from c10d, a future callback that takes it in the path ``wait()``
     waits on, a poller thread every 1 ms). ``None``: C++ where the helper can be built, else
-    Python, saying why once.
+    Python, saying why once. ``restart``: the job's restart count, carried by every report
+    so that one of a run the job has left is read as that run's.
     """
     if gpu is None and os.environ.get("LOCAL_RANK", "").isdigit():
         gpu = int(os.environ["LOCAL_RANK"])
     host = node or socket.gethostname()
     return TorchInstrumentation(
-        job, sink, interval_s, host, gpu, completion, poll_s=poll_s, native=native
+        job, sink, interval_s, host, gpu, completion, poll_s=poll_s, native=native, restart=restart
     ).start()

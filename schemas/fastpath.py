@@ -72,6 +72,7 @@ class _Collective(msgspec.Struct, frozen=True, tag_field="kind", tag="collective
     node: Ident | None | UnsetType = UNSET
     gpu: Count | None | UnsetType = UNSET
     conns: _Conns | None | UnsetType = UNSET
+    restart: Count | None | UnsetType = UNSET
 
 
 class _Counters(TypedDict, total=False):
@@ -228,6 +229,11 @@ def _collective(wire: _Collective) -> Collective | None:
         gpu = None
     else:
         given.add("gpu")
+    restart = wire.restart
+    if restart is UNSET:
+        restart = None
+    else:
+        given.add("restart")
     conns = None
     if raw_conns is not UNSET:
         given.add("conns")
@@ -255,6 +261,7 @@ def _collective(wire: _Collective) -> Collective | None:
         "ts_ns": wire.ts_ns,
         "ops": _assembled(Ops, ops_values, set(_OPS_FIELDS)),
         "conns": conns,
+        "restart": restart,
     }
     built: Collective = _assembled(Collective, values, given)
     return built

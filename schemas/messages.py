@@ -152,6 +152,9 @@ class Collective(C4Model):
     ts_ns: Nanos
     ops: Ops
     conns: Conns | None = None
+    # The job's restart count of the run that reported (as its member reports say): a
+    # report of a run the job has left since is that run's, not the current one's.
+    restart: NonNegInt | None = None
 
     @model_validator(mode="after")
     def _check_ranks(self) -> Self:
@@ -186,6 +189,7 @@ class Collective(C4Model):
         node: str | None = None,
         gpu: int | None = None,
         conns: Conns | None = None,
+        restart: int | None = None,
         trusted: bool = False,
     ) -> Collective:
         """A v1 collective message (``v`` and ``kind`` filled in), validated; ``trusted``:
@@ -205,6 +209,7 @@ class Collective(C4Model):
             ts_ns=ts_ns,
             ops=ops,
             conns=conns,
+            restart=restart,
         )
 
 
@@ -472,6 +477,4 @@ class Member(C4Model):
 
     def place(self) -> RankPlace:
         """This rank's place in the job's placement."""
-        return RankPlace(
-            rank=self.rank, node=self.node, gpu=self.gpu, port=self.port, pod=self.pod
-        )
+        return RankPlace(rank=self.rank, node=self.node, gpu=self.gpu, port=self.port, pod=self.pod)

@@ -74,9 +74,7 @@ def _count(sample: Sample, where: str, problems: Problems) -> int | None:
     return value
 
 
-def _link(
-    node: str, port: str, series: _PortSeries, ts_ns: int, problems: Problems
-) -> Link | None:
+def _link(node: str, port: str, series: _PortSeries, ts_ns: int, problems: Problems) -> Link | None:
     where = f"{node}/{port}"
     prefix, names, state_name, speed_name, required = (
         (NET, NET_COUNTERS, NET_STATE, NET_SPEED, NET_REQUIRED)

@@ -19,8 +19,6 @@ ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 USER_AGENT = "c4-agent"
 
 
-
-
 # Fetch a URL within a timeout: (content type, body). `http_get`, or a test's stand-in.
 Fetch = Callable[[str, float], tuple[str, str]]
 
@@ -31,7 +29,6 @@ class HttpStatusError(SourceFailed):
     def __init__(self, message: str, code: int, body: bytes = b"") -> None:
         super().__init__(message)
         self.code, self.body = code, body
-
 
 
 # --- HTTP ------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from schemas.messages import Collective, Collectives, Diagnosis, Gpu, Job, Link,
 from streams.core.alignment import LinkAlignment
 from streams.core.clock import TickClock
 from streams.core.fabric import FabricCorrelator
-from streams.core.findings import OpenFinding
+from streams.core.findings import FindingBook, OpenFinding
 from streams.core.hardware import HardwareMonitor
 from streams.core.job import JobDetector
 from streams.core.membership import MembershipBook
@@ -225,6 +225,12 @@ class Engine:
         self.alignment = LinkAlignment(
             progress, self.hardware.node_reported_at, self.params.silent_after_ns
         )
+        # Per job: the run its restart last ended into, and the findings book of the run
+        # before (a hang seen again in that run's last reports keeps its id); reports of an
+        # earlier run read as that run's and left out.
+        self._ended_runs: dict[str, int] = {}
+        self._closed_books: dict[str, FindingBook] = {}
+        self.earlier_run_reports = 0
 
     @property
     def now_ns(self) -> int:
@@ -243,6 +249,9 @@ class Engine:
                 fabric_known=self.fabric.knows_paths,
                 leaf_of=self._leaf_of,
             )
+            before = self._closed_books.pop(job, None)
+            if before is not None:
+                detector.book.inherit(before)
             self.jobs[job] = detector
         return detector
 
@@ -288,14 +297,7 @@ class Engine:
             caused_by = self.membership.ingest(message)
             after = self.membership.restart_of(message.job)
             if before is not None and after is not None and after > before:
-                # The job restarted (a requeue): what its detectors learnt of the run before
-                # (pending operations, compute baselines, the placement) is no evidence
-                # about the new run, on nodes that may have changed.
-                stopped = self.jobs.pop(message.job, None)
-                self.held.discard(message.job)
-                self.placements.forget(message.job)
-                if stopped is not None:
-                    out.extend(stopped.close(message.ts_ns))
+                out.extend(self._end_run(message.job, after, message.ts_ns))
             for caused in caused_by:
                 if isinstance(caused, Job):
                     self._assembled.append(caused)
@@ -312,14 +314,58 @@ class Engine:
             out.extend(self.advance(message.ts_ns))
         return out
 
+    def _end_run(self, job: str, run: int, ts_ns: int) -> list[Diagnosis]:
+        """The job restarted (a requeue, its pods replaced) into run ``run``: what its
+        detectors learnt of the run before (pending operations, compute baselines, the
+        placement) is no evidence about the new one, on nodes that may have changed. Its
+        findings close; what they were is kept, so the same fault seen again in that run's
+        last reports is the same finding, not a new one."""
+        detector = self.jobs.get(job)
+        if detector is not None and detector.run is not None and detector.run >= run:
+            return []  # its reports told of the new run first: this detector is of it
+        self.jobs.pop(job, None)
+        self.held.discard(job)
+        self.placements.forget(job)
+        self._ended_runs[job] = run
+        if detector is None:
+            return []
+        closed = detector.close(ts_ns)
+        self._closed_books[job] = detector.book
+        return closed
+
+    def _earlier_run(self, message: Collective) -> bool:
+        """Whether the report is of a run the job has left: a lower ``restart`` than the
+        job's current run, or (without one) stamped before that run's first member report."""
+        job = message.job
+        if message.restart is not None:
+            detector = self.jobs.get(job)
+            member_run = self.membership.restart_of(job)
+            known = max(
+                self._ended_runs.get(job, -1),
+                -1 if member_run is None else member_run,
+                -1 if detector is None or detector.run is None else detector.run,
+            )
+            if message.restart < known:
+                return True
+        replaced = self.membership.replaced_before_ns(job)
+        return replaced is not None and message.ts_ns < replaced and message.restart is None
+
     def _on_collective(self, message: Collective) -> list[Diagnosis]:
         out: list[Diagnosis] = []
-        replaced = self.membership.replaced_before_ns(message.job)
-        if replaced is not None and message.ts_ns < replaced:
-            # Reported by a run the job's restart replaced (in flight at the requeue):
-            # its unfinished operations are no hang of the new run.
+        if self._earlier_run(message):
+            # Reported by a run the job's restart replaced (in flight at the requeue): its
+            # unfinished operations are no hang of the new run, its findings closed with it.
+            self.earlier_run_reports += 1
             return out
+        run = message.restart
+        if run is not None:
+            current = self.jobs.get(message.job)
+            if current is not None and current.run is not None and run > current.run:
+                # The new run's reports came before its ranks' member reports did.
+                out.extend(self._end_run(message.job, run, message.ts_ns))
         detector = self._job(message.job)
+        if run is not None and (detector.run is None or run > detector.run):
+            detector.run = run
         detector.on_collective(message)
         # A job whose reports lag far behind the clock (live: its partition catching up
         # a backlog, or its reports held for link reports) gets no global tick while it

@@ -59,11 +59,29 @@ def to_diagnosis(finding: OpenFinding, state: str, ts_ns: int) -> Diagnosis:
     )
 
 
+# A hang seen again on the same suspects this soon after its finding resolved (event time)
+# is that finding still: the same id and onset, so an action keyed by it is not taken twice
+# (a requeued job's last reports, read after the restart closed the finding).
+REOPEN_WITHIN_NS = 60_000_000_000
+REOPENED_CLASSES = frozenset({"noncomm_hang", "comm_hang"})
+
+
 class FindingBook:
     """Open findings by (job, class, key): fire on change only, resolve when the condition ends."""
 
     def __init__(self) -> None:
         self._open: dict[tuple[str | None, str, str], OpenFinding] = {}
+        # Hangs resolved lately, with when: one that fires again on the same suspects soon
+        # after is the same finding.
+        self._closed: dict[tuple[str | None, str, str], tuple[OpenFinding, int]] = {}
+
+    def inherit(self, other: FindingBook) -> None:
+        """Take the hangs another book (the job's run before a restart) closed lately."""
+        self._closed.update(other._closed)
+
+    def _remember(self, identity: tuple[str | None, str, str], f: OpenFinding, at: int) -> None:
+        if f.cls in REOPENED_CLASSES:
+            self._closed[identity] = (f, at)
 
     def is_open(self, job: str | None, cls: str, key: str) -> bool:
         """Whether a finding with this identity is firing now."""
@@ -82,9 +100,14 @@ class FindingBook:
         """Open a finding; None when the same one is already open (emit on change only)."""
         if (job, cls, key) in self._open:
             return None
-        finding = OpenFinding(
-            finding_id(job, cls, key, onset_ns), job, cls, onset_ns, suspects, evidence, now_ns
-        )
+        fid = finding_id(job, cls, key, onset_ns)
+        closed = self._closed.pop((job, cls, key), None)
+        if closed is not None:
+            before, resolved_ns = closed
+            same = [s.id for s in before.suspects] == [s.id for s in suspects]
+            if same and 0 <= now_ns - resolved_ns <= REOPEN_WITHIN_NS:
+                fid, onset_ns = before.id, before.onset_ns  # the same fault, still there
+        finding = OpenFinding(fid, job, cls, onset_ns, suspects, evidence, now_ns)
         self._open[(job, cls, key)] = finding
         return to_diagnosis(finding, "firing", now_ns)
 
@@ -112,11 +135,14 @@ class FindingBook:
         if finding is None or now_ns < finding.fired_ns:
             return None
         del self._open[(job, cls, key)]
+        self._remember((job, cls, key), finding, now_ns)
         return to_diagnosis(finding, "resolved", now_ns)
 
     def resolve_all(self, now_ns: int) -> list[Diagnosis]:
         """Close every open finding."""
         closed = [to_diagnosis(f, "resolved", now_ns) for f in self._open.values()]
+        for identity, finding in self._open.items():
+            self._remember(identity, finding, now_ns)
         self._open.clear()
         return closed
 

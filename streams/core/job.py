@@ -43,6 +43,8 @@ class JobDetector:
         self.job = job
         self.params = params
         self.book = FindingBook()
+        # The job's restart count of the run these reports are of, where they say it.
+        self.run: int | None = None
         # Next check in this job's own data time, when its reports lag the clock.
         self.next_check_ns = 0
         self._groups = JobGroups(job)
@@ -156,6 +158,7 @@ class JobDetector:
             "slow_keys": self._slowdowns.state(),
             "back": self._nodes.back_ns,
             "agents": self._nodes.agents_ns,
+            "run": self.run,
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -177,6 +180,8 @@ class JobDetector:
         self._slowdowns.restore(state["slow_keys"])
         back = {str(node): int(at) for node, at in state.get("back", {}).items()}
         agents = {str(node): int(at) for node, at in state.get("agents", {}).items()}
+        run = state.get("run")
+        self.run = int(run) if run is not None else None
         self._nodes.restore(back, groups.latest_seen_ns(), agents)
 
     def close(self, now_ns: int) -> list[Diagnosis]:
