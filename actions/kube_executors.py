@@ -128,7 +128,15 @@ class KubeRestartExecutor(_KubeStep):
             pods = self._kube.job_pods(job, step.nodes, named)
             older, newer = self._kube.split_by_onset(pods, diagnosis.onset_ns)
             if not older:
-                return self._nothing_left(job, diagnosis.id, step.nodes, newer)
+                # None there older than the finding: the job was placed again since (there,
+                # or elsewhere once c4 took the node out) or never ran there.
+                anywhere = (
+                    newer
+                    or self._kube.split_by_onset(self._kube.labelled_pods(job), diagnosis.onset_ns)[
+                        1
+                    ]
+                )
+                return self._nothing_left(job, diagnosis.id, step.nodes, anywhere)
             # Counted before any pod is touched, once for the diagnosis: a retry after a
             # crash finds it counted ("again") and finishes what is left.
             counted, restarts = self._restarts.count_restart(job, diagnosis.id, self._max_restarts)
@@ -163,7 +171,10 @@ class KubeRestartExecutor(_KubeStep):
         except StateError as error:
             return failed(Reason.STATE_INVALID, str(error))
         if newer:
-            return skipped(Reason.EARLIER_RUN, "the job's pods there are newer", **detail)
+            message = (
+                "the job's pods were created after the finding began: it is about an earlier run"
+            )
+            return skipped(Reason.EARLIER_RUN, message, **detail)
         message = f"no pod of {job} on {', '.join(nodes)} to take off"
         return skipped(Reason.NO_TARGET, message, **detail)
 
