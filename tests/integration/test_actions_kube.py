@@ -285,9 +285,9 @@ def test_a_finding_of_the_run_before_the_restart_marks_nothing_after_a_release(
     job = f"llm-{cluster.unique}"
     config_path = write_config(tmp_path, kube_config(kube_stack))
     worker = WorkerProcess(cluster, config_path, tmp_path / "worker.log")
-    onset = time.time_ns()
     try:
         place_job(cluster, admin, nodes, job)
+        onset = time.time_ns()  # while the job runs: its pods are older
         suspects = [("gpu", "node-001/gpu1", 0.95)]
         cluster.send("diagnosis", diagnosis("d-k3", job, suspects, onset_ns=onset), job)
         cluster.wait_actions(2, timeout_s=60)
