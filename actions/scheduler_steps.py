@@ -81,6 +81,11 @@ class NodeIsolateStep(SchedulerStep):
     def take_out(self, node: str, step: Step, context: Context) -> str:
         """Take the node out in the scheduler, checked against its state; the answer."""
 
+    def _isolated_by(self, step: Step, diagnosis: str) -> bool:
+        """Whether this diagnosis isolated the part already (a retry after a crash)."""
+        current = self._components.component(step.kind, step.target)
+        return current is not None and current.diagnosis == diagnosis
+
     @abc.abstractmethod
     def earlier_run(self, node: str, context: Context) -> str | None:
         """Why the finding (of a part of ``node``) is about a run of its job that the
@@ -89,9 +94,7 @@ class NodeIsolateStep(SchedulerStep):
 
     def execute(self, step: Step, context: Context) -> Result:
         node = node_of(step.kind, step.target)
-        current = self._components.component(step.kind, step.target)
-        retry = current is not None and current.diagnosis == context.diagnosis.id
-        if node is not None and not retry:
+        if node is not None and not self._isolated_by(step, context.diagnosis.id):
             # A finding about a run the job has left (its last reports came after a restart
             # for another finding of the same fault) takes nothing out: that finding did, and
             # a node given back since must stay in service. Checked before the state changes.

@@ -275,7 +275,7 @@ class ComputeTracker:
         # Each member's peers as the median of the others' residuals, from one sort of them
         # all: a data-parallel group over every rank of the job has thousands of members.
         peers = medians_of_others([t.compute_ns - slope * t.a2a_bytes for _, t in judged])
-        for (i, mine), others in zip(judged, peers, strict=False):
+        for (i, mine), others in zip(judged, peers, strict=False):  # alone: none judged
             rank = window.members[i]
             verdicts = self.verdicts.setdefault(rank, deque(maxlen=VERDICTS_KEPT))
             expected = others + slope * mine.a2a_bytes

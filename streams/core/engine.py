@@ -230,7 +230,6 @@ class Engine:
         # earlier run read as that run's and left out.
         self._ended_runs: dict[str, int] = {}
         self._closed_books: dict[str, FindingBook] = {}
-        self.earlier_run_reports = 0
 
     @property
     def now_ns(self) -> int:
@@ -286,6 +285,7 @@ class Engine:
             if message.state == "stopped":
                 stopped = self.jobs.pop(message.job, None)
                 self.held.discard(message.job)
+                self._forget_runs(message.job)
                 if stopped is not None:
                     out.extend(stopped.close(message.ts_ns))
                 out.extend(self.membership.close(message.job, message.ts_ns))
@@ -355,7 +355,6 @@ class Engine:
         if self._earlier_run(message):
             # Reported by a run the job's restart replaced (in flight at the requeue): its
             # unfinished operations are no hang of the new run, its findings closed with it.
-            self.earlier_run_reports += 1
             return out
         run = message.restart
         if run is not None:
@@ -552,6 +551,12 @@ class Engine:
         self.placements.forget(job)
         self._reported_paths.pop(job, None)
         self._changed_paths.pop(job, None)
+        self._forget_runs(job)
+
+    def _forget_runs(self, job: str) -> None:
+        """The job is over here: which run it was in, and its earlier run's hangs, too."""
+        self._ended_runs.pop(job, None)
+        self._closed_books.pop(job, None)
 
     def node_states(self, nodes: set[str]) -> dict[str, dict[str, Any]]:
         """The hardware state of each of these nodes held here, as plain data."""

@@ -3,8 +3,10 @@ replaced) still in flight after the restart are that run's, never a new finding.
 
 from __future__ import annotations
 
+from schemas.base import C4Model
 from schemas.messages import Collective, Diagnosis, Member, Ops
 from streams.core.engine import Engine
+from streams.core.findings import FindingBook, SuspectScore
 from tests.unit.ring_job import T0, RingJob, S
 
 STUCK = RingJob(stuck_rank={11: 40})  # rank 11 never enters op 40: a hang at about 14 s
@@ -53,7 +55,7 @@ def run(*, tagged: bool, member_reports: bool) -> list[Diagnosis]:
     (still coming for 20 s more). ``tagged``: reports carry their run's ``restart``."""
     old = STUCK.messages()
     new = [moved(m, RESTART_AT - T0, 1 if tagged else None) for m in RingJob(seed=5).messages()]
-    timeline: list[tuple[int, int, object]] = []
+    timeline: list[tuple[int, int, C4Model]] = []
     if member_reports:
         timeline += [(m.ts_ns, 0, m) for m in members(STUCK, 0, T0)]
         timeline += [(m.ts_ns, 0, m) for m in members(STUCK, 1, RESTART_AT)]
@@ -62,7 +64,7 @@ def run(*, tagged: bool, member_reports: bool) -> list[Diagnosis]:
     engine = Engine()
     out = list(engine.process(STUCK.job_message()))
     for _, _, message in sorted(timeline, key=lambda item: (item[0], item[1])):
-        out.extend(engine.process(message))  # type: ignore[arg-type]
+        out.extend(engine.process(message))
     out.extend(engine.check(engine.now_ns))
     return out
 
@@ -100,8 +102,6 @@ def test_untagged_reports_of_the_old_run_are_the_same_finding_not_a_new_one() ->
 
 
 def test_a_hang_that_resolves_and_comes_back_on_the_same_ranks_keeps_its_id() -> None:
-    from streams.core.findings import FindingBook, SuspectScore
-
     book = FindingBook()
     suspects = (SuspectScore("gpu", "node-001/gpu3", 0.95),)
     first = book.fire("job-1", "noncomm_hang", "hang", 10 * S, 15 * S, suspects, {})
