@@ -337,6 +337,11 @@ class Kube:
         selector = f"{self._scheduler.job_label}={job}"
         return list(self._api.get(f"{where}?labelSelector={selector}").get("items") or [])
 
+    def created_since(self, job: str, onset_ns: int) -> list[str]:
+        """The job's labelled pods, wherever bound, created after ``onset_ns``: a run placed
+        since a finding began."""
+        return self.split_by_onset(self.labelled_pods(job), onset_ns)[1]
+
     def named_pods(self, idents: Sequence[str], nodes: Sequence[str]) -> list[dict[str, Any]]:
         """The pods named ``namespace/name`` (the ranks' own reports) bound to ``nodes``;
         a pod gone already is left out."""

@@ -72,7 +72,7 @@ class KubeIsolateExecutor(NodeIsolateStep):
             named = [place.pod for place in places.values() if place.pod]
             if self._kube.job_pods(job, (node,), named):
                 return None  # the job still runs there: the finding is about this run
-            _, newer = self._kube.split_by_onset(self._kube.labelled_pods(job), diagnosis.onset_ns)
+            newer = self._kube.created_since(job, diagnosis.onset_ns)
         except KubeError as error:
             if error.retryable:
                 raise
@@ -130,13 +130,8 @@ class KubeRestartExecutor(_KubeStep):
             if not older:
                 # None there older than the finding: the job was placed again since (there,
                 # or elsewhere once c4 took the node out) or never ran there.
-                anywhere = (
-                    newer
-                    or self._kube.split_by_onset(self._kube.labelled_pods(job), diagnosis.onset_ns)[
-                        1
-                    ]
-                )
-                return self._nothing_left(job, diagnosis.id, step.nodes, anywhere)
+                newer = newer or self._kube.created_since(job, diagnosis.onset_ns)
+                return self._nothing_left(job, diagnosis.id, step.nodes, newer)
             # Counted before any pod is touched, once for the diagnosis: a retry after a
             # crash finds it counted ("again") and finishes what is left.
             counted, restarts = self._restarts.count_restart(job, diagnosis.id, self._max_restarts)
