@@ -77,8 +77,8 @@ class StragglerCheck:
                     self.compute.sync(tracker.comm, members, ends)
             tracker.syncs.clear()
 
-    def _member_of(self, global_rank: int) -> tuple[CommTracker, int] | None:
-        """The collective group (the largest) and communicator rank of a global rank."""
+    def _members(self) -> dict[int, tuple[CommTracker, int]]:
+        """Each global rank's collective group (the largest) and its rank there."""
         stamp = tuple(
             (id(tracker), tracker.place_version) for tracker in self._groups.comms.values()
         )
@@ -98,7 +98,7 @@ class StragglerCheck:
                         index[rank] = (tracker, position)
             self._members_index = index
             self._members_stamp = stamp
-        return self._members_index.get(global_rank)
+        return self._members_index
 
     def check(self, now_ns: int, hung: bool, out: list[Diagnosis]) -> None:
         params = self._params
@@ -112,10 +112,12 @@ class StragglerCheck:
             (params.straggler_compute_factor, False),
             (params.straggler_resolve_factor, True),
         ):
-            for slow in compute.slow_ranks(
+            slow_ranks = compute.slow_ranks(
                 params.straggler_slices, params.straggler_min_slices, threshold
-            ):
-                found = self._member_of(slow.global_rank)
+            )
+            members = self._members() if slow_ranks else {}
+            for slow in slow_ranks:
+                found = members.get(slow.global_rank)
                 if found is None:
                     continue
                 tracker, index = found
