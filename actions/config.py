@@ -32,6 +32,10 @@ from schemas.messages import DiagnosisClass
 from topology.ecmp import HASH_MODELS
 
 NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+# A configuration file is a few KiB; these bound what a hostile one can make us read or walk.
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_CONFIG_DEPTH = 32
+MAX_CONFIG_NODES = 100_000
 
 
 class ConfigError(ActionsError):
@@ -376,28 +380,56 @@ def _secret(
     return SecretStr(value)
 
 
+def _oversized(data: object) -> bool:
+    """Whether a parsed file nests past `MAX_CONFIG_DEPTH` or holds (aliases counted each
+    time they are used) over `MAX_CONFIG_NODES` values; walked without recursion."""
+    stack: list[tuple[object, int]] = [(data, 1)]
+    seen = 0
+    while stack:
+        value, depth = stack.pop()
+        seen += 1
+        if seen > MAX_CONFIG_NODES or depth > MAX_CONFIG_DEPTH:
+            return True
+        if isinstance(value, dict):
+            stack.extend((child, depth + 1) for child in value.values())
+        elif isinstance(value, list):
+            stack.extend((child, depth + 1) for child in value)
+    return False
+
+
 def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> WorkerConfig:
     """Read a YAML (``.yaml``/``.yml``) or JSON file; None gives the defaults."""
     if path is None:
         return parse_config({}, env)
     source = Path(path)
     try:
-        text = source.read_bytes()
+        with source.open("rb") as stream:
+            text = stream.read(MAX_CONFIG_BYTES + 1)  # bounded: a device never ends
     except OSError as error:
         message = f"cannot read {source}: {error.strerror or error}"
         raise ConfigError(message) from None
+    if len(text) > MAX_CONFIG_BYTES or b"\0" in text:
+        problem = "binary data (a NUL byte)" if b"\0" in text else "too large"
+        message = f"{source}: {problem}, not a configuration file"
+        raise ConfigError(message)
+    kind = "YAML" if source.suffix in {".yaml", ".yml"} else "JSON"
     try:
-        if source.suffix in {".yaml", ".yml"}:
-            data = yaml.safe_load(text)
-        else:
-            data = orjson.loads(text)
+        data = yaml.safe_load(text) if kind == "YAML" else orjson.loads(text)
     except (yaml.YAMLError, orjson.JSONDecodeError) as error:
         detail = " ".join(str(error).split())
-        kind = "YAML" if source.suffix in {".yaml", ".yml"} else "JSON"
         message = f"{source}: not valid {kind}: {detail}"
+        raise ConfigError(message) from None
+    except RecursionError:
+        message = f"{source}: nested deeper than a configuration file is"
         raise ConfigError(message) from None
     if data is None:
         data = {}
+    if _oversized(data):
+        # YAML aliases make a small file a huge tree: walked at most this far, never more.
+        message = (
+            f"{source}: nested deeper than {MAX_CONFIG_DEPTH} or over {MAX_CONFIG_NODES} values"
+        )
+        raise ConfigError(message)
     if not isinstance(data, dict):
         message = f"{source}: expected a mapping at the top level"
         raise ConfigError(message)

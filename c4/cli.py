@@ -116,6 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except (MemoryError, RecursionError) as error:
+        # Inputs are bounded before they are read; this is the last guard, not the first.
+        print(f"c4: error: input too large or too deep ({type(error).__name__})", file=sys.stderr)
+        return 1
     return code
 
 

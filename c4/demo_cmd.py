@@ -73,6 +73,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         print("c4: error: --hangs and --steps go with --slurm", file=sys.stderr)
         return 2
     # Imported here: matplotlib, Faust's aiohttp and the simulator are only this command's.
+    from c4.demo.options import demo_topology, load_demo_scenario
     from c4.demo.run import DemoOptions, DemoRun, print_chaos, print_timeline
 
     options = DemoOptions(
@@ -90,6 +91,9 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         setup_only=args.setup_only,
         chaos_seed=args.chaos,
     )
+    # A bad scenario or topology file is one line before anything starts (topics, workers).
+    load_demo_scenario(options.scenario, options.duration)
+    demo_topology(options)
     began = time.monotonic()
     demo = DemoRun(options, settings, _say)
     if args.setup_only:

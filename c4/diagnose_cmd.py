@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from c4.inputs import load_document, load_params, read_input
+from c4.inputs import InputError, json_lines, load_document, load_params, overlong_line
+from schemas.base import C4Model
 from schemas.codec import Rejection, decode, encode
 from schemas.files import Topology
 from streams.core.engine import Engine
@@ -43,6 +44,32 @@ def fewer_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
+def load_placements(engine: Engine, path: str) -> None:
+    """Feed the engine a file of job (or member) messages; bad lines are reported and
+    skipped, and a file of which none is valid is an `InputError`."""
+    taken = rejected = 0
+    try:
+        stream = open(path, "rb")  # noqa: SIM115 - closed below, after the reading
+    except OSError as error:
+        message = f"cannot read {path}: {error.strerror or error}"
+        raise InputError(message, 2) from None
+    with stream:
+        for number, raw in json_lines(stream, path):
+            if raw is not None and not raw.strip():
+                continue
+            job = decode(raw, "job") if raw is not None else None
+            if not isinstance(job, C4Model):
+                rejected += 1
+                reason = job.reason if isinstance(job, Rejection) else overlong_line()
+                print(f"{path} line {number}: {reason}", file=sys.stderr)
+                continue
+            taken += 1
+            engine.process(job)  # a placement, or a rank's member report
+    if rejected and not taken:
+        message = f"{path}: no valid job message ({rejected} rejected)"
+        raise InputError(message)
+
+
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     del settings  # an offline replay: no broker, no Redis
     topology = load_document(args.topology, "topology", Topology) if args.topology else None
@@ -50,20 +77,19 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     engine = Engine(params, job_params, topology)
     stats = ReplayStats()
     if args.jobs:
-        for number, raw in enumerate(read_input(args.jobs).splitlines(), start=1):
-            if not raw.strip():
-                continue
-            job = decode(raw, "job")
-            if isinstance(job, Rejection):
-                print(f"{args.jobs} line {number}: {job.reason}", file=sys.stderr)
-                continue
-            engine.process(job)  # a placement, or a rank's member report
+        load_placements(engine, args.jobs)
     out = sys.stdout.buffer
     stream = sys.stdin.buffer if args.file == "-" else Path(args.file).open("rb")  # noqa: SIM115
     with stream, fewer_collections():
-        for diagnosis in replay(engine, stream, stats, sys.stderr):
+        lines = json_lines(stream, args.file)
+        for diagnosis in replay(engine, lines, stats, sys.stderr):
             out.write(encode(diagnosis) + b"\n")
     out.flush()
+    if stats.rejected and not stats.messages:
+        # Nothing was diagnosed: "no finding" would be a claim about no data.
+        message = f"every message of {args.file} was rejected ({stats.rejected})"
+        print(f"c4 diagnose: error: {message}", file=sys.stderr)
+        return 1
     print(f"{stats.messages} messages, {stats.rejected} rejected", file=sys.stderr)
     return 0
 

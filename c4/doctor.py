@@ -15,11 +15,14 @@ from confluent_kafka.cimpl import NewTopic
 
 from c4 import C4Error
 from c4.security import KafkaAccessError, check_kafka_access, redacted
-from schemas.topics import ALL_TOPICS
+from schemas.topics import ALL_TOPICS, TopicNames
 from streams.core import native
 
 if TYPE_CHECKING:
     from c4.settings import Settings
+
+
+MISSING_TOPICS = "kafka topics: missing "
 
 
 class DoctorError(C4Error):
@@ -40,12 +43,13 @@ def check_kafka(settings: Settings, timeout_s: float = 20.0) -> list[str]:
     except KafkaException as error:
         message = f"kafka at {settings.kafka_bootstrap} does not answer: {error}"
         raise DoctorError(message) from error
-    missing = [topic.name for topic in ALL_TOPICS if topic.name not in metadata.topics]
+    here = TopicNames(settings.topic_prefix)
+    missing = [here.of(topic) for topic in ALL_TOPICS if here.of(topic) not in metadata.topics]
     lines = [f"kafka {settings.kafka_bootstrap}: {len(metadata.brokers)} broker(s)"]
     lines.append(
         "kafka topics: all v1 topics present"
         if not missing
-        else f"kafka topics: missing {', '.join(missing)} (run: c4 topics create)"
+        else f"{MISSING_TOPICS}{', '.join(missing)} (run: c4 topics create)"
     )
     scratch = f"_c4.doctor.{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(scratch, num_partitions=1, replication_factor=1)])[
@@ -85,7 +89,7 @@ def check_redis(settings: Settings) -> list[str]:
     try:
         started = time.monotonic()
         client.ping()
-        key = f"c4:doctor:{uuid.uuid4().hex[:8]}"
+        key = f"{settings.redis_key_prefix}:doctor:{uuid.uuid4().hex[:8]}"
         client.set(key, b"ok", ex=60)
         if client.get(key) != b"ok":
             message = "redis: value written was not read back"
@@ -100,11 +104,21 @@ def check_redis(settings: Settings) -> list[str]:
     return [f"redis {redacted(settings.redis_url)}: round trip {elapsed_ms:.0f} ms"]
 
 
+def missing_topics(lines: list[str]) -> bool:
+    """Whether the Kafka check found v1 topics missing."""
+    return any(line.startswith(MISSING_TOPICS) for line in lines)
+
+
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     del args
-    for line in check_kafka(settings) + check_redis(settings):
+    lines = check_kafka(settings) + check_redis(settings)
+    for line in lines:
         print(line)
     print(f"detection core: {native.status()}")
+    if missing_topics(lines):
+        # The broker answers, but no worker can start on it yet: not a healthy stack.
+        message = "v1 topics missing (run: c4 topics create)"
+        raise DoctorError(message)
     return 0
 
 

@@ -125,9 +125,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     for name, count in present.items():
         marker = " (v1)" if name.removeprefix(here.prefix) in TOPICS_BY_NAME else ""
         print(f"{name} {count} partitions{marker}")
-    for topic in ALL_TOPICS:
-        if here.of(topic) not in present:
-            print(f"{here.of(topic)} missing (run: c4 topics create)")
+    missing = [here.of(topic) for topic in ALL_TOPICS if here.of(topic) not in present]
+    for name in missing:
+        print(f"{name} missing (run: c4 topics create)")
+    if missing:
+        # A script that checks the deployment before it starts workers reads the exit code.
+        message = f"{len(missing)} of {len(ALL_TOPICS)} v1 topics missing (run: c4 topics create)"
+        raise TopicError(message)
     return 0
 
 

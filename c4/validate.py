@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import IO, TYPE_CHECKING
 
+from c4.inputs import json_lines, overlong_line
 from schemas.codec import KINDS
 from schemas.records import Rejected, decode_record
 
@@ -13,14 +14,20 @@ if TYPE_CHECKING:
     from c4.settings import Settings
 
 
-def validate_lines(stream: IO[bytes], kind: str | None, out: IO[str]) -> tuple[int, int]:
+def validate_lines(
+    stream: IO[bytes], kind: str | None, out: IO[str], name: str = "-"
+) -> tuple[int, int]:
     """Print ``line N: <reason>`` for each rejected input; returns (valid, rejected) counts.
 
     Each message of a ``collectives`` batch counts (and is rejected) on its own, as the
     streams worker takes it: ``line 3: messages[2].rank: 20 >= comm_size 16``.
     """
     valid = rejected = 0
-    for number, raw in enumerate(stream, start=1):
+    for number, raw in json_lines(stream, name):
+        if raw is None:
+            rejected += 1
+            out.write(f"line {number}: {overlong_line()}\n")
+            continue
         line = raw.strip()
         if not line:
             continue
@@ -39,7 +46,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         valid, rejected = validate_lines(sys.stdin.buffer, args.kind, sys.stdout)
     else:
         with open(args.file, "rb") as stream:
-            valid, rejected = validate_lines(stream, args.kind, sys.stdout)
+            valid, rejected = validate_lines(stream, args.kind, sys.stdout, args.file)
     print(f"{valid} valid, {rejected} rejected", file=sys.stderr)
     return 0 if rejected == 0 else 1
 

@@ -32,6 +32,9 @@ VERSION = 1
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 # Kept of a rejected payload in its dead letter (escaped, it may grow up to 4x in JSON).
 MAX_DEADLETTER_PAYLOAD = 256 * 1024
+# A v1 document nests 5 levels at most (a batch's messages' ops' arrays); far deeper is no
+# v1 document, and is refused before anything walks it.
+MAX_DEPTH = 32
 
 MESSAGE_MODELS: dict[str, type[C4Model]] = {
     "collective": Collective,
@@ -54,6 +57,7 @@ class RejectCode(StrEnum):
     """The closed set of reasons an input is rejected."""
 
     TOO_LARGE = "too_large"
+    TOO_DEEP = "too_deep"
     INVALID_JSON = "invalid_json"
     NOT_AN_OBJECT = "not_an_object"
     BAD_VERSION = "bad_version"
@@ -104,8 +108,15 @@ def decode(
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as error:
-        return Rejection(RejectCode.INVALID_JSON, "", f"invalid JSON: {error}")
+        return invalid_json(error)
     return decode_object(obj, kind)
+
+
+def invalid_json(error: orjson.JSONDecodeError) -> Rejection:
+    """The rejection of bytes orjson cannot parse (past its own nesting bound: too deep)."""
+    if "depth limit" in str(error):
+        return too_deep()
+    return Rejection(RejectCode.INVALID_JSON, "", f"invalid JSON: {error}")
 
 
 def decode_object(obj: Any, kind: str | None = None) -> C4Model | Rejection:
@@ -114,6 +125,8 @@ def decode_object(obj: Any, kind: str | None = None) -> C4Model | Rejection:
         return Rejection(
             RejectCode.NOT_AN_OBJECT, "", f"expected a JSON object, got {_json_type(obj)}"
         )
+    if nested_deeper_than(obj, MAX_DEPTH):
+        return too_deep()
     version = obj.get("v")
     if type(version) is not int or version != VERSION:
         if "v" not in obj:
@@ -132,6 +145,31 @@ def decode_object(obj: Any, kind: str | None = None) -> C4Model | Rejection:
         return MODELS[found].model_validate(obj)
     except ValidationError as error:
         return _rejection_from(error)
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether a parsed JSON value nests arrays and objects more than ``limit`` levels.
+
+    Walked with an explicit stack, never by recursion: the value is untrusted, and orjson
+    parses up to 1,024 levels.
+    """
+    if not isinstance(value, dict | list):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        children = current.values() if isinstance(current, dict) else current
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def too_deep() -> Rejection:
+    """The rejection of a document nested past `MAX_DEPTH`."""
+    return Rejection(RejectCode.TOO_DEEP, "", f"nested deeper than {MAX_DEPTH} levels")
 
 
 def _rejection_from(error: ValidationError) -> Rejection:

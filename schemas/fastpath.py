@@ -152,7 +152,8 @@ def decode_hot(data: bytes | bytearray | memoryview | str, kind: str | None) -> 
         return None
     try:
         wire = _DECODER.decode(data)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        # Nested past the interpreter's bound: the slow path says why, in one line.
         return None
     if isinstance(wire, _Collectives):
         return None  # a batch as one model goes the slow way; see decode_hot_batch
@@ -172,7 +173,7 @@ def decode_hot_batch(
         return None
     try:
         wire = _DECODER.decode(data)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
     if not isinstance(wire, _Collectives):
         if kind == "collectives":

@@ -22,6 +22,7 @@ from schemas.codec import (
     RejectCode,
     Rejection,
     decode_object,
+    invalid_json,
 )
 from schemas.fastpath import decode_hot_batch
 from schemas.messages import MAX_BATCH_MESSAGES, Collective, Collectives, not_the_batch_job
@@ -72,8 +73,7 @@ def decode_record(
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as error:
-        rejection = Rejection(RejectCode.INVALID_JSON, "", f"invalid JSON: {error}")
-        return [Rejected(rejection, _raw(data))]
+        return [Rejected(invalid_json(error), _raw(data))]
     if batch_ok and isinstance(obj, dict) and obj.get("kind") == BATCH_KIND and obj.get("v") == 1:
         return _batch(obj, _raw(data))
     result = decode_object(obj, BATCH_KIND if kind == BATCH_KIND else kind)

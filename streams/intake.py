@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from schemas.base import C4Model
-from schemas.codec import Rejection, dead_letter, encode
+from schemas.codec import RejectCode, Rejection, dead_letter, encode
 from schemas.records import Rejected, decode_record
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,14 @@ async def decoded(
         value = event.value
         raw = bytes(value) if isinstance(value, bytes | bytearray) else str(value).encode()
         key = key_text(event.key)
-        results = decode_record(raw, kind)
+        try:
+            results = decode_record(raw, kind)
+        except Exception as error:  # noqa: BLE001 - a record the codec fails on is a dead letter
+            # Not one that stops the agent: its supervisor would restart it past the record
+            # (lost, uncounted) and a burst of such records would stall the partition.
+            log.exception("decoding a record on %s failed", topic_name)
+            detail = f"{type(error).__name__}: {error}"
+            results = [Rejected(Rejection(RejectCode.PROCESSING_FAILED, "", detail), raw)]
         whole = raw if len(results) == 1 else None
         for result in results:
             if isinstance(result, Rejected):

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
+from schemas.codec import MAX_MESSAGE_BYTES
 from schemas.messages import Diagnosis
 from schemas.records import Rejected, decode_record
 from streams.core.engine import Engine
@@ -21,14 +22,23 @@ class ReplayStats:
 
 
 def replay(
-    engine: Engine, lines: Iterable[bytes], stats: ReplayStats, errors: IO[str] | None = None
+    engine: Engine,
+    lines: Iterable[tuple[int, bytes | None]],
+    stats: ReplayStats,
+    errors: IO[str] | None = None,
 ) -> Iterator[Diagnosis]:
-    """Decode each line, feed the engine, yield the diagnoses as they change.
+    """Decode each numbered line, feed the engine, yield the diagnoses as they change.
 
-    A line is one message or a batch of them (each counted, and rejected, on its own).
+    A line is one message or a batch of them (each counted, and rejected, on its own);
+    None stands for a line too long to hold, rejected as a message over the size limit.
     """
     process = engine.process
-    for number, raw in enumerate(lines, start=1):
+    for number, raw in lines:
+        if raw is None:
+            stats.rejected += 1
+            if errors is not None:
+                errors.write(f"line {number}: line over {MAX_MESSAGE_BYTES} bytes (skipped)\n")
+            continue
         line = raw.strip()
         if not line:
             continue

@@ -124,6 +124,12 @@ class Fabric:
         """The plane a port's leaf belongs to."""
         return self.planes[self.leaf_plane[self.leaf_index[self.port(port_id).leaf]]]
 
+    def cut_off(self, port_id: str) -> str | None:
+        """The port's leaf when it has no uplink to any spine (a leaf alone in its plane,
+        whatever the fabric's planes), else None."""
+        leaf = self.leaf_index[self.port(port_id).leaf]
+        return None if self.uplinks[leaf] else self.leaves[leaf]
+
     def capacity(self, link_id: str) -> float:
         """A link's capacity in Gbps (each direction)."""
         return self.link_gbps[self.link_indices((link_id,))[0]]
@@ -191,7 +197,10 @@ class Fabric:
         src, dst = self.port_ids[source], self.port_ids[target]
         where = f"{src} (on {self.leaves[leaf_a]}, {plane_a.name})"
         there = f"{dst} (on {self.leaves[leaf_b]}, {plane_b.name})"
-        if plane_a.index != plane_b.index:
+        cut_off = next((self.leaves[x] for x in (leaf_a, leaf_b) if not self.uplinks[x]), None)
+        if cut_off is not None:
+            why = f"{cut_off} has no uplink to a spine"
+        elif plane_a.index != plane_b.index:
             why = "the ports are in different planes"
         elif down:
             why = "every path crosses a down link"

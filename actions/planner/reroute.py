@@ -117,7 +117,12 @@ def job_flows(fabric: Fabric, jobs: Iterable[Job]) -> JobFlows:
                     skipped.append(f"{flow}: unknown port {unknown}")
                     continue
                 if fabric.plane_of(src) != fabric.plane_of(dst):
-                    skipped.append(f"{flow}: {src} and {dst} are in different planes")
+                    leaf = fabric.cut_off(src) or fabric.cut_off(dst)
+                    skipped.append(
+                        f"{flow}: {leaf} has no uplink to a spine"
+                        if leaf is not None
+                        else f"{flow}: {src} and {dst} are in different planes"
+                    )
                     continue
                 gbps = min(fabric.ports[src].gbps, fabric.ports[dst].gbps)
                 flows.append(Flow(id=flow, src=src, dst=dst, gbps=gbps))

@@ -16,6 +16,8 @@ with its own event loop, so the demo and ``c4 dashboard`` embed it alike.
 from __future__ import annotations
 
 import asyncio
+import logging
+import sys
 import threading
 import time
 from importlib import resources
@@ -23,6 +25,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from actions.state.store import RedisState
@@ -32,6 +35,23 @@ from schemas.codec import decode_object
 from schemas.files import Topology
 
 TOPOLOGY_TTL_S = 10.0
+log = logging.getLogger(__name__)
+
+
+class RequestLog(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's request log, with a request it cannot parse (an over-long URL or header,
+    a malformed line) as one warning line: the client's mistake, answered with a 400, is
+    no traceback in the operator's log."""
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        """Log an error while handling a request; a client's bad request in one line."""
+        error = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if isinstance(error, HttpProcessingError):
+            detail = " ".join(str(error.message).split())[:120]
+            text = str(msg) % args if args else str(msg)
+            self.warning("%s: %s %s: %s", text, error.code, type(error).__name__, detail)
+            return
+        super().exception(msg, *args, exc_info=exc_info, **kwargs)
 
 
 class DashboardError(Exception):
@@ -187,7 +207,9 @@ class DashboardServer:
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
         try:
-            self._runner = web.AppRunner(create_app(self._source), access_log=None)
+            self._runner = web.AppRunner(
+                create_app(self._source), access_log=None, logger=RequestLog(log, {})
+            )
             self._loop.run_until_complete(self._runner.setup())
             site = web.TCPSite(self._runner, self._host, self._port)
             self._loop.run_until_complete(site.start())

@@ -7,7 +7,7 @@ from importlib import resources
 from pathlib import Path
 
 from c4.demo import DemoError
-from c4.inputs import load_document
+from c4.inputs import load_document, read_input
 from schemas.files import Topology
 from simulator import Scenario, ScenarioError, parse_scenario
 from simulator.cluster import Cluster
@@ -46,7 +46,7 @@ def load_demo_scenario(path: str | None, duration: float | None) -> Scenario:
         data = resources.files("c4.demo").joinpath("scenario.json").read_bytes()
         source = "built-in demo scenario"
     else:
-        data = Path(path).read_bytes()
+        data = read_input(path)
         source = path
     try:
         scenario = parse_scenario(data, source)

@@ -158,7 +158,20 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             print(json.dumps(dataclasses.asdict(status), sort_keys=True))
         else:
             print(format_status(status))
-    return 0
+    return status_exit_code(everything)
+
+
+def status_exit_code(statuses: list[ComponentStatus]) -> int:
+    """0: Kafka and Redis run and nothing needs a hand; 1: a stale pid file or another
+    process on a stack port (one line says which); 3: the stack is not running (as LSB's
+    ``status`` says it), so that ``c4 stack status || c4 stack up`` works."""
+    troubled = [status for status in statuses if status.state in ("stale", "foreign")]
+    if troubled:
+        names = ", ".join(f"{status.name} {status.state}" for status in troubled)
+        print(f"c4 stack status: error: {names} (see the detail above)", file=sys.stderr)
+        return 1
+    core = [status for status in statuses if status.name in ("kafka", "redis")]
+    return 0 if all(status.state == "running" for status in core) else 3
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -187,6 +200,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         " Alertmanager",
     )
     actions.add_parser("down", help="stop the Kafka and Redis that up started")
-    status = actions.add_parser("status", help="what runs on the stack's ports")
+    status = actions.add_parser(
+        "status",
+        help="what runs on the stack's ports (exit 0 running, 1 stale or foreign, 3 stopped)",
+    )
     status.add_argument("--json", action="store_true", help="one JSON object per component")
     parser.set_defaults(handler=_run, json=False, slurm=False, kube=False, monitoring=False)

@@ -81,6 +81,9 @@ class DetectorParams:
         return max(self.hang_min_ns, int(self.hang_factor * median_op_ns))
 
 
+PARAMS_DOCUMENT_KEYS = ("defaults", "jobs")
+
+
 def params_from_document(
     document: Any,
 ) -> tuple[DetectorParams, dict[str, dict[str, Any]]]:
@@ -90,6 +93,11 @@ def params_from_document(
     """
     if not isinstance(document, dict):
         message = "expected a JSON object"
+        raise ParamsError(message)
+    unknown = sorted(str(key) for key in document if key not in PARAMS_DOCUMENT_KEYS)
+    if unknown:
+        # A misspelt section ("defautls") would leave every parameter at its default.
+        message = f'unknown key {unknown[0]!r}: a parameters file has "defaults" and "jobs"'
         raise ParamsError(message)
     defaults, jobs = document.get("defaults", {}), document.get("jobs", {})
     if not isinstance(defaults, dict) or not isinstance(jobs, dict):

@@ -193,7 +193,7 @@ def test_cli_status_json_one_line_per_component(
     monkeypatch.setenv("C4_STACK_KAFKA_PORT", str(settings.stack_kafka_port))
     monkeypatch.setenv("C4_STACK_CONTROLLER_PORT", str(settings.stack_controller_port))
     monkeypatch.setenv("C4_STACK_REDIS_PORT", str(settings.stack_redis_port))
-    assert main(["stack", "status", "--json"]) == 0
+    assert main(["stack", "status", "--json"]) == 3  # LSB's "not running"
     lines = capsys.readouterr().out.splitlines()
     assert [json.loads(line)["name"] for line in lines] == ["kafka", "redis"]
     assert {json.loads(line)["state"] for line in lines} == {"stopped"}

@@ -112,8 +112,12 @@ def test_unlisted_leaf_is_implied_and_no_common_spine_is_unreachable() -> None:
     assert path.links == ("n0/p", "l0~s0", "s0~l1", "n1/p")  # either end order names a link
     with pytest.raises(UnreachableError, match="no spine is linked to both leaves"):
         fabric.paths("n0/p", "n2/p")
-    with pytest.raises(UnreachableError, match="different planes"):
+    # l9 is alone in a plane of its own because nothing links it: said as such, not as
+    # "different planes" of a fabric that has one.
+    with pytest.raises(UnreachableError, match="l9 has no uplink to a spine"):
         fabric.paths("n0/p", "n9/p")
+    assert fabric.cut_off("n9/p") == "l9"
+    assert fabric.cut_off("n0/p") is None
 
 
 def test_not_a_two_tier_fabric_is_rejected() -> None:
