@@ -4,17 +4,23 @@
 firing alert is kept in the cluster state (`ActiveAlerts`) before it is posted, so that a
 worker that crashes, restarts or could not reach the Alertmanager still resends it; a
 resolution replaces it and is forgotten once delivered. `AlertmanagerClient.resend` is the
-worker's housekeeping: once per ``resend_s`` for each Alertmanager receiver, it posts every
-kept alert in one request (firing ones with a new ``endsAt`` horizon, resolutions that did not
-get through yet), as a Prometheus server re-sends its active alerts. An alert the
+worker's housekeeping: once per ``resend_s`` for each Alertmanager receiver, it posts the kept
+alerts it owns in one request (firing ones with a new ``endsAt`` horizon, resolutions that did
+not get through yet), as a Prometheus server re-sends its active alerts. An alert the
 Alertmanager rejected (4xx other than 408 and 429) is not kept: posting it again cannot help.
+
+One sender per alert across a consumer group: the kept alerts are shared (Redis), so each is
+resent only by the worker that owns the partition of the diagnosis topic its finding came on
+(`Kept.partition`), the worker that also handles that finding's next record. Every worker
+resending every kept alert would post each one as many times as the group has workers, and a
+worker resending a firing alert while another posts its resolution could fire it again.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 
 import orjson
 
@@ -91,15 +97,24 @@ class AlertmanagerClient:
         now_ns: int,
         earlier: Sequence[StepSummary] = (),
         escalation_nodes: Sequence[str] = (),
+        partition: int = 0,
     ) -> Kept:
-        """The alert of one step; a resolution takes the label set its firing alert was kept
-        with, so that it ends that alert whatever its own suspects say."""
+        """The alert of one step, its finding read from ``partition`` of the diagnosis topic;
+        a resolution takes the label set its firing alert was kept with, so that it ends that
+        alert whatever its own suspects say."""
         fired = None
         if diagnosis.state == "resolved":
             text = self._alerts.kept(receiver.name, diagnosis.id)
             fired = Kept.from_json(text) if text is not None else None
         return kept_for(
-            diagnosis, subject, now_ns, earlier, escalation_nodes, self._external_url, fired
+            diagnosis,
+            subject,
+            now_ns,
+            earlier,
+            escalation_nodes,
+            self._external_url,
+            fired,
+            partition,
         )
 
     def body(self, receiver: Receiver, alerts: Sequence[Kept], now_ns: int) -> bytes:
@@ -126,19 +141,29 @@ class AlertmanagerClient:
             self._alerts.keep(name, ident, kept.to_json())  # resent until it gets through
         return answer
 
-    def resend(self, now_monotonic: float, now_ns: int) -> None:
-        """Housekeeping: post each receiver's kept alerts once per its ``resend_s``."""
-        for receiver in self.receivers.values():
-            if now_monotonic < self._next.get(receiver.name, 0.0):
-                continue
+    def resend(self, now_monotonic: float, now_ns: int, owned: Callable[[], Set[int]]) -> None:
+        """Housekeeping: post each receiver's kept alerts of the partitions this worker owns
+        (``owned``, asked only when a resend is due) once per its ``resend_s``."""
+        due = [
+            receiver
+            for receiver in self.receivers.values()
+            if now_monotonic >= self._next.get(receiver.name, 0.0)
+        ]
+        if not due:
+            return
+        partitions = owned()
+        for receiver in due:
             self._next[receiver.name] = now_monotonic + receiver.resend_s
-            self.resend_now(receiver, now_ns)
+            self.resend_now(receiver, now_ns, partitions)
 
-    def resend_now(self, receiver: Receiver, now_ns: int) -> int:
-        """Post every kept alert of one receiver; the number delivered."""
+    def resend_now(self, receiver: Receiver, now_ns: int, owned: Set[int]) -> int:
+        """Post every kept alert of one receiver whose partition is in ``owned``; the number
+        delivered. Another worker's alerts are left alone: that worker resends them."""
         kept: list[tuple[str, Kept]] = []
         for ident, text in sorted(self._alerts.all_kept(receiver.name).items()):
             alert = Kept.from_json(text)
+            if alert is not None and alert.partition not in owned:
+                continue
             ended = alert is not None and alert.resolved_ns is not None
             if alert is None or (ended and alert.since_ns < now_ns - RESOLVED_KEEP_NS):
                 self._alerts.forget(receiver.name, ident)

@@ -139,7 +139,10 @@ class Kept:
     """One diagnosis's alert as a receiver keeps it until it resolved: what is posted again.
 
     ``resolved_ns`` is its ``endsAt`` once resolved (None while firing); ``since_ns`` the
-    wall-clock time it was last kept (how long an undelivered resolution is kept).
+    wall-clock time it was last kept (how long an undelivered resolution is kept);
+    ``partition`` the partition of the diagnosis topic its finding came on: the worker of the
+    group that owns that partition resends it, so each alert has one sender (0 for an alert
+    kept before the partition was, or kept outside a consumer group).
     """
 
     labels: Mapping[str, str]
@@ -148,6 +151,7 @@ class Kept:
     generator_url: str = ""
     resolved_ns: int | None = None
     since_ns: int = 0
+    partition: int = 0
 
     def alert(self, now_ns: int, horizon_ns: int) -> dict[str, JsonValue]:
         """The postable alert: a firing one ends ``horizon_ns`` from now."""
@@ -172,6 +176,7 @@ class Kept:
                 "generator_url": self.generator_url,
                 "resolved_ns": self.resolved_ns,
                 "since_ns": self.since_ns,
+                "partition": self.partition,
             }
         ).decode()
 
@@ -190,6 +195,7 @@ class Kept:
                 str(data.get("generator_url", "")),
                 None if resolved is None else int(resolved),
                 int(data.get("since_ns", 0)),
+                int(data.get("partition", 0)),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             return None
@@ -203,16 +209,18 @@ def kept_for(
     escalation_nodes: Sequence[str] = (),
     external_url: str = "",
     fired: Kept | None = None,
+    partition: int = 0,
 ) -> Kept:
-    """The alert of one alert step. A resolution keeps the label set and the start of the
-    alert that fired (``fired``, when kept), so that it ends that alert and no other."""
+    """The alert of one alert step (its finding read from ``partition`` of the diagnosis
+    topic). A resolution keeps the label set and the start of the alert that fired
+    (``fired``, when kept), so that it ends that alert and no other."""
     notes = annotations_for(diagnosis, subject, earlier, escalation_nodes)
     if diagnosis.state == "firing":
         found = labels_for(diagnosis, subject, bool(escalation_nodes))
         starts = min(diagnosis.onset_ns, now_ns)
-        return Kept(found, notes, starts, external_url, None, now_ns)
+        return Kept(found, notes, starts, external_url, None, now_ns, partition)
     found = dict(fired.labels) if fired else labels_for(diagnosis, subject)
     starts = fired.starts_ns if fired else min(diagnosis.onset_ns, now_ns)
     ends = max(starts, min(diagnosis.ts_ns, now_ns))
     merged = {**fired.annotations, **notes} if fired else notes
-    return Kept(found, merged, starts, external_url, ends, now_ns)
+    return Kept(found, merged, starts, external_url, ends, now_ns, partition)

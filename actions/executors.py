@@ -43,13 +43,15 @@ PostFn = Callable[[str, bytes, float, bytes | None], Answer]  # one signed POST
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What an executor knows of the diagnosis it acts on."""
+    """What an executor knows of the diagnosis it acts on (``partition``: the partition of
+    the diagnosis topic it was read from; an alert kept for resending is resent by its owner)."""
 
     diagnosis: Diagnosis
     claim: Claim
     earlier: tuple[StepSummary, ...]
     actor: str
     now_ns: int
+    partition: int = 0
 
     @property
     def now_ms(self) -> int:
@@ -302,6 +304,7 @@ class AlertExecutor(Executor):
             context.now_ns,
             context.earlier,
             step.nodes if step.escalation else (),
+            context.partition,
         )
 
     def body(self, step: Step, context: Context) -> bytes:

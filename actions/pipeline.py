@@ -128,9 +128,10 @@ class Pipeline:
         self._ttl_s = config.dedup_ttl_s
         self._clock = clock
 
-    def handle(self, diagnosis: Diagnosis) -> Handled:
-        """Dedup, plan and execute one diagnosis; raises `Busy` or `StateUnavailable`."""
-        handling = Handling(diagnosis)
+    def handle(self, diagnosis: Diagnosis, partition: int = 0) -> Handled:
+        """Dedup, plan and execute one diagnosis read from ``partition`` of its topic;
+        raises `Busy` or `StateUnavailable`."""
+        handling = Handling(diagnosis, partition)
         answer = self._stages.run(handling)
         if answer.error is Stop.DUPLICATE:
             return Handled((), duplicate=True)

@@ -51,6 +51,7 @@ class Handling:
     """One diagnosis going through the stages: what the stages found so far."""
 
     diagnosis: Diagnosis
+    partition: int = 0  # of the diagnosis topic, where it was read
     claim: Claim | None = None  # None: a dry run (no dedup stage)
     recorded: dict[str, str] = field(default_factory=dict)  # the claim's record when claimed
     planned: Plan = field(default_factory=lambda: Plan(()))

@@ -140,7 +140,14 @@ class ExecuteStage:
         """The executor and what it knows of the diagnosis: the earlier steps, the time."""
         handling = item.handling
         earlier = tuple(StepSummary.of(s.action, s.target, r) for s, r in handling.results)
-        context = Context(handling.diagnosis, handling.held, earlier, self._actor, self._clock())
+        context = Context(
+            handling.diagnosis,
+            handling.held,
+            earlier,
+            self._actor,
+            self._clock(),
+            handling.partition,
+        )
         return Attempt(self._executors[item.step.action], item.step, context)
 
 

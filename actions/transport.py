@@ -118,6 +118,10 @@ class KafkaTransport:
             return None
         return record
 
+    def assigned(self, topic: str) -> frozenset[int]:
+        """The partitions of ``topic`` this consumer owns now (what the group assigned it)."""
+        return frozenset(tp.partition for tp in self._consumer.assignment() if tp.topic == topic)
+
     def publish(self, message: C4Model, key: str | None = None) -> None:
         """Queue one v1 message (see `Outbox.publish`)."""
         self.outbox.publish(message, key)

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 
 from confluent_kafka import Message
@@ -54,6 +54,11 @@ log = logging.getLogger("c4.actions")
 # production; the crash-recovery test uses it to stop the worker at the worst moment.
 CRASH_ENV = "C4_ACTIONS_TEST_CRASH_AT"
 MAX_BACKOFF_S = 5.0
+
+# The partitions of the diagnosis topic this worker owns now, asked when a chore needs them.
+OwnedPartitions = Callable[[], Set[int]]
+# What the worker does between records, told which partitions it owns.
+Housekeeping = Callable[[OwnedPartitions], None]
 
 
 def crash_checkpoint(name: str) -> None:
@@ -168,18 +173,17 @@ def build_executors(
     return {executor.name: executor for executor in executors}
 
 
-def build_housekeeping(
-    state: RedisState, config: WorkerConfig, actor: str
-) -> Callable[[], None] | None:
+def build_housekeeping(state: RedisState, config: WorkerConfig, actor: str) -> Housekeeping | None:
     """What the worker does between records: resend the firing alerts of its Alertmanager
-    receivers (each once per its ``resend_s``); with Slurm, mirror its idle nodes as spares."""
-    chores: list[Callable[[], None]] = []
+    receivers (each once per its ``resend_s``, those of the partitions it owns: one sender
+    per alert across the group); with Slurm, mirror its idle nodes as spares."""
+    chores: list[Housekeeping] = []
     alertmanagers = AlertmanagerClient(config.receivers, state.alerts, config.external_url)
     if alertmanagers.receivers:
 
-        def resend_alerts() -> None:
+        def resend_alerts(owned: OwnedPartitions) -> None:
             try:
-                alertmanagers.resend(time.monotonic(), time.time_ns())
+                alertmanagers.resend(time.monotonic(), time.time_ns(), owned)
             except StateUnavailable as error:
                 log.warning("alerts not resent to Alertmanager: %s", error)
 
@@ -189,7 +193,8 @@ def build_housekeeping(
         slurm = Slurm(CommandRunner(scheduler.slurm_conf, scheduler.command_timeout_s))
         mirror = SpareMirror(slurm, state.components, scheduler.mirror_spares_s, actor)
 
-        def mirror_spares() -> None:
+        def mirror_spares(owned: OwnedPartitions) -> None:
+            del owned  # the spare pool is the cluster's, not a partition's
             now = time.monotonic()
             if not mirror.due(now):
                 return
@@ -207,9 +212,9 @@ def build_housekeeping(
     if len(chores) == 1:
         return chores[0]
 
-    def housekeeping() -> None:
+    def housekeeping(owned: OwnedPartitions) -> None:
         for chore in chores:
-            chore()
+            chore(owned)
 
     return housekeeping
 
@@ -225,7 +230,7 @@ class ActionWorker:
         topics: Topics,
         metrics: ActionMetrics,
         stop: threading.Event,
-        housekeeping: Callable[[], None] | None = None,
+        housekeeping: Housekeeping | None = None,
     ) -> None:
         self._housekeeping = housekeeping
         self._transport = transport
@@ -239,12 +244,16 @@ class ActionWorker:
         """Until stopped: take a record, handle it (retrying through outages), commit it."""
         while not self._stop.is_set():
             if self._housekeeping is not None:
-                self._housekeeping()
+                self._housekeeping(self._owned)
             record = self._transport.poll(0.5)
             if record is None:
                 continue
             if self._handle(record):
                 self._transport.commit(record)
+
+    def _owned(self) -> frozenset[int]:
+        """The diagnosis topic's partitions this worker owns now."""
+        return self._transport.assigned(self._topics.diagnosis)
 
     def _handle(self, record: Message) -> bool:
         delay = 0.1
@@ -301,7 +310,7 @@ class ActionWorker:
             return
         assert isinstance(result, Diagnosis)  # noqa: S101 - decode(kind=...) returns that kind
         started = time.perf_counter()
-        handled = self._pipeline.handle(result)
+        handled = self._pipeline.handle(result, record.partition() or 0)
         if handled.duplicate or handled.fenced:
             self._metrics.diagnoses.labels("duplicate" if handled.duplicate else "fenced").inc()
             return

@@ -37,11 +37,12 @@ TOPOLOGY = generate(Shape(nodes=16, spines=2, nics=1, planes=2, nodes_per_leaf=8
 
 @dataclass
 class Request:
-    """One request the receiver got."""
+    """One request the receiver got, and when (``time.monotonic``)."""
 
     path: str
     headers: dict[str, str]
     body: bytes
+    at_s: float = field(default_factory=time.monotonic)
 
     def json(self) -> Any:
         return orjson.loads(self.body)
@@ -110,13 +111,14 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float = 30.0, what: str = 
 class Cluster:
     """Topics under a unique prefix, a Redis key prefix, the topology loaded, spares added."""
 
-    def __init__(self, bootstrap: str, redis_url: str, unique: str) -> None:
+    def __init__(self, bootstrap: str, redis_url: str, unique: str, partitions: int = 1) -> None:
         self.bootstrap = bootstrap
         self.redis_url = redis_url
         self.prefix = f"test.{unique}."
         self.key_prefix = f"test:{unique}"
         self.unique = unique
-        create_topics(bootstrap, [self.prefix + t.name for t in ALL_TOPICS], partitions=1)
+        names = [self.prefix + t.name for t in ALL_TOPICS]
+        create_topics(bootstrap, names, partitions=partitions)
         self.state = RedisState.connect(redis_url, prefix=self.key_prefix)
         self.state.components.load_topology(TOPOLOGY)
         self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
@@ -129,9 +131,19 @@ class Cluster:
             added = self.state.components.add_spare(node, now, now // 1_000_000, "test")
             assert added.outcome == "ok"
 
-    def send(self, kind: str, value: bytes | dict[str, Any], key: str = "k") -> None:
+    def send(
+        self,
+        kind: str,
+        value: bytes | dict[str, Any],
+        key: str = "k",
+        partition: int | None = None,
+    ) -> None:
+        """Publish one record (to ``partition``, else where its key goes) and wait for it."""
         data = value if isinstance(value, bytes) else orjson.dumps(value)
-        self._producer.produce(self.topic(kind), value=data, key=key.encode())
+        if partition is None:
+            self._producer.produce(self.topic(kind), value=data, key=key.encode())
+        else:
+            self._producer.produce(self.topic(kind), data, key.encode(), partition)
         assert self._producer.flush(30) == 0
 
     def topic(self, kind: str) -> str:
@@ -248,9 +260,12 @@ def worker(
     group: str = "actions",
     dry_run: bool = False,
     housekeeping: bool = False,
+    actor: str | None = None,
 ) -> Iterator[ActionMetrics]:
     """An action worker on a thread of this process, stopped on exit; with ``housekeeping``
-    it does between records what ``c4 actions worker`` does (resend alerts, mirror spares)."""
+    it does between records what ``c4 actions worker`` does (resend alerts, mirror spares).
+    Workers of one ``group`` are one consumer group; ``actor`` names a worker in its claims
+    (``test-<group>`` unless given: two workers of one group need one each)."""
     settings: WorkerConfig = parse_config(data, {SECRET_ENV: SECRET})
     stop = threading.Event()
     topics = Topics.with_prefix(cluster.prefix)
@@ -264,8 +279,9 @@ def worker(
     state = RedisState.connect(cluster.redis_url, prefix=cluster.key_prefix)
     metrics = ActionMetrics()
     executors = build_executors(state, settings, transport, metrics)
-    pipeline = Pipeline(state, executors, settings, f"test-{group}", dry_run=dry_run)
-    chores = build_housekeeping(state, settings, f"test-{group}") if housekeeping else None
+    name = actor or f"test-{group}"
+    pipeline = Pipeline(state, executors, settings, name, dry_run=dry_run)
+    chores = build_housekeeping(state, settings, name) if housekeeping else None
     loop = ActionWorker(transport, state.jobs, pipeline, topics, metrics, stop, chores)
     errors: list[BaseException] = []
 

@@ -301,8 +301,8 @@ def test_an_undelivered_resolution_is_resent_until_it_gets_through() -> None:
     kept = Kept.from_json(alerts.all_kept("am")["d-5c1e"])
     assert kept is not None
     assert kept.resolved_ns == NOW + S
-    assert am.resend_now(receiver, NOW + 10 * S) == 0  # 500: still kept
-    assert am.resend_now(receiver, NOW + 20 * S) == 1
+    assert am.resend_now(receiver, NOW + 10 * S, {0}) == 0  # 500: still kept
+    assert am.resend_now(receiver, NOW + 20 * S, {0}) == 1
     assert posts.calls[-1][1][0]["endsAt"] == rfc3339(NOW + S)
     assert alerts.all_kept("am") == {}
 
@@ -316,15 +316,65 @@ def test_resend_posts_every_kept_alert_once_per_resend_period_with_a_new_horizon
         am.send(receiver, found, am.alert(receiver, found, node, NOW), NOW)
     alerts.keep("am", "d-junk", "not an alert")
     posts.calls.clear()
-    am.resend(100.0, NOW + 5 * S)
-    am.resend(110.0, NOW + 15 * S)  # not due yet
-    am.resend(130.0, NOW + 35 * S)
+    asked: list[float] = []
+
+    def owned() -> set[int]:
+        asked.append(len(posts.calls))
+        return {0}
+
+    am.resend(100.0, NOW + 5 * S, owned)
+    am.resend(110.0, NOW + 15 * S, owned)  # not due yet: the assignment is not even asked
+    am.resend(130.0, NOW + 35 * S, owned)
     assert len(posts.calls) == 2
+    assert asked == [0, 1]
     first, second = posts.calls[0][1], posts.calls[1][1]
     assert [a["labels"]["diagnosis"] for a in first] == ["d-1", "d-2"]
     assert {a["endsAt"] for a in first} == {rfc3339(NOW + 5 * S + 120 * S)}
     assert {a["endsAt"] for a in second} == {rfc3339(NOW + 35 * S + 120 * S)}
     assert set(alerts.all_kept("am")) == {"d-1", "d-2"}  # the unreadable one is dropped
+
+
+def test_each_worker_resends_only_the_alerts_of_the_partitions_it_owns() -> None:
+    # Two workers of one group share the kept alerts (Redis): each resends those whose finding
+    # came on a partition it owns, so every alert has one sender, not one per worker.
+    alerts = MemoryAlerts()
+    first_posts, second_posts = Posts(), Posts()
+    receiver, first = client(first_posts, alerts)
+    _, second = client(second_posts, alerts)
+    for ident, partition in (("d-0", 0), ("d-1", 1), ("d-2", 1)):
+        found = diagnosis(GPU).model_copy(update={"id": ident})
+        kept = first.alert(receiver, found, "node-001/gpu3", NOW, partition=partition)
+        first.send(receiver, found, kept, NOW)
+    kept_on = {
+        i: getattr(Kept.from_json(t), "partition", None) for i, t in alerts.all_kept("am").items()
+    }
+    assert kept_on == {"d-0": 0, "d-1": 1, "d-2": 1}
+    first_posts.calls.clear()
+    assert first.resend_now(receiver, NOW + 30 * S, {0}) == 1
+    assert second.resend_now(receiver, NOW + 30 * S, {1}) == 2
+    assert second.resend_now(receiver, NOW + 60 * S, set()) == 0  # owns none: sends none
+    sent_by_first = [a["labels"]["diagnosis"] for _, body, _ in first_posts.calls for a in body]
+    sent_by_second = [a["labels"]["diagnosis"] for _, body, _ in second_posts.calls for a in body]
+    assert (sent_by_first, sent_by_second) == (["d-0"], ["d-1", "d-2"])
+    # A resolution is kept (until delivered) under the partition its record came on.
+    resolved = diagnosis(GPU, state="resolved").model_copy(update={"id": "d-1"})
+    ended = second.alert(receiver, resolved, "node-001/gpu3", NOW + 61 * S, partition=1)
+    second_posts.script = [503]
+    assert not second.send(receiver, resolved, ended, NOW + 61 * S).ok
+    assert first.resend_now(receiver, NOW + 90 * S, {0}) == 1
+    assert second.resend_now(receiver, NOW + 90 * S, {1}) == 2
+    assert set(alerts.all_kept("am")) == {"d-0", "d-2"}
+
+
+def test_an_alert_kept_without_a_partition_is_partition_zeros() -> None:
+    # Kept by a worker from before partitions were kept: one owner resends it, not every one.
+    kept = kept_for(diagnosis(GPU), "node-001/gpu3", NOW)
+    text = orjson.loads(kept.to_json())
+    del text["partition"]
+    read = Kept.from_json(orjson.dumps(text).decode())
+    assert read is not None and read.partition == 0
+    moved = kept_for(diagnosis(GPU), "node-001/gpu3", NOW, partition=5)
+    assert Kept.from_json(moved.to_json()) == moved
 
 
 def test_an_old_undelivered_resolution_is_dropped() -> None:
@@ -333,7 +383,7 @@ def test_an_old_undelivered_resolution_is_dropped() -> None:
     receiver, am = client(posts, alerts)
     resolved = kept_for(diagnosis(GPU, state="resolved"), "node-001/gpu3", NOW)
     alerts.keep("am", "d-5c1e", resolved.to_json())
-    assert am.resend_now(receiver, NOW + RESOLVED_KEEP_NS + S) == 0
+    assert am.resend_now(receiver, NOW + RESOLVED_KEEP_NS + S, {0}) == 0
     assert posts.calls == []
     assert alerts.all_kept("am") == {}
 
