@@ -70,6 +70,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             log.warning("no topology in the cluster state: reroute fails until `c4 state load`")
     except (StateError, StateUnavailable) as error:
         log.warning("%s: reroute fails until `c4 state load`", error)
+    group = args.group or settings.names.actions_group
     with stop_on_signals() as stop:
         topics = Topics.with_prefix(settings.topic_prefix)
         metrics = ActionMetrics()
@@ -77,7 +78,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             metrics.serve(args.metrics_port, args.metrics_address or settings.metrics_address)
         transport = KafkaTransport(
             settings.kafka_client_config(),
-            args.group,
+            group,
             [topics.diagnosis, topics.job],
             settings.topic_prefix,
             stop,
@@ -87,7 +88,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             executors = build_executors(state, config, transport, metrics)
             pipeline = Pipeline(state, executors, config, actor, dry_run=args.dry_run)
             mode = " (dry run: nothing is changed)" if args.dry_run else ""
-            log.info("worker %s: group %s, %s%s", actor, args.group, topics.diagnosis, mode)
+            log.info("worker %s: group %s, %s%s", actor, group, topics.diagnosis, mode)
             housekeeping = None if args.dry_run else build_housekeeping(state, config, actor)
             ActionWorker(transport, state.jobs, pipeline, topics, metrics, stop, housekeeping).run()
         except (StateUnavailable, ActionsError) as error:
@@ -112,7 +113,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     worker.add_argument("--config", help="YAML or JSON configuration (default: built-in policy)")
-    worker.add_argument("--group", default="c4-actions", help="consumer group (c4-actions)")
+    worker.add_argument(
+        "--group",
+        help="consumer group (default: the deployment's, <C4_DEPLOYMENT>.c4-actions,"
+        " or c4-actions)",
+    )
     worker.add_argument(
         "--dry-run", action="store_true", help="record decisions without changing anything"
     )

@@ -177,7 +177,7 @@ def _printer(message: C4Model) -> None:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    spool_dir = Path(args.spool_dir) if args.spool_dir else settings.stack_dir / "agent-spool"
+    spool_dir = Path(args.spool_dir) if args.spool_dir else settings.deployment_dir / "agent-spool"
     if args.handoff and not args.print and not args.handoff_state:
         args.handoff_state = str(handoff_state_beside(spool_dir))
     sources = build_sources(args)
@@ -288,7 +288,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--link-interval", type=float, default=1.0, help="sysfs / node_exporter, s")
     parser.add_argument("--gpu-interval", type=float, default=5.0, help="NVML / dcgm-exporter, s")
-    parser.add_argument("--spool-dir", help="disk spool (default <stack dir>/agent-spool)")
+    parser.add_argument(
+        "--spool-dir", help="disk spool (default <deployment dir>/agent-spool, see C4_DEPLOYMENT)"
+    )
     parser.add_argument("--spool-max-mb", type=int, default=256, help="spool bound, MiB")
     parser.add_argument("--drain-s", type=float, default=10.0, help="delivery wait at exit, s")
     parser.add_argument("--duration", type=float, help="stop after this many seconds")

@@ -31,7 +31,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         message = f"redis at {settings.redis_url} does not answer ({error})"
         raise DashboardStartError(message) from None
     with stop_on_signals() as stop:
-        feed = Feed(settings.kafka_client_config(), settings.topic_prefix, args.group or "").start()
+        group = args.group or settings.names.dashboard_group()
+        feed = Feed(settings.kafka_client_config(), settings.topic_prefix, group).start()
         server = DashboardServer(Source(state, feed, args.title), args.bind, args.port)
         try:
             server.start()
@@ -59,6 +60,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--port", type=int, default=8066, help="port (8066)")
     parser.add_argument("--bind", default="127.0.0.1", help="address (0.0.0.0 in a container)")
-    parser.add_argument("--group", help="consumer group of its feed (default: a new one)")
+    parser.add_argument(
+        "--group", help="consumer group of its feed (default: a new one of the deployment's)"
+    )
     parser.add_argument("--title", default="c4", help="page title")
     parser.set_defaults(handler=_run)

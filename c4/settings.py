@@ -5,8 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from c4.deployment import (
+    DEPLOYMENT_MAX_LENGTH,
+    DEPLOYMENT_PATTERN,
+    REDIS_KEY_PREFIX,
+    DeploymentNames,
+    checked_deployment,
+)
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 
@@ -20,6 +28,11 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="C4_", extra="forbid", frozen=True)
 
+    # The deployment (e.g. "staging"): every name it owns derives from it (c4/deployment.py).
+    deployment: str = Field(
+        default="", pattern=DEPLOYMENT_PATTERN, max_length=DEPLOYMENT_MAX_LENGTH
+    )
+
     kafka_bootstrap: str = "127.0.0.1:9092"
     kafka_security_protocol: SecurityProtocol = "PLAINTEXT"
     kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
@@ -29,10 +42,14 @@ class Settings(BaseSettings):
 
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_password: SecretStr | None = None
-    # Put before every Redis key of the cluster state (tests use a unique one).
-    redis_key_prefix: str = Field(default="c4", pattern=r"^[A-Za-z0-9._:{}-]+$", max_length=100)
+    # Put before every Redis key of the cluster state (tests use a unique one); unless set,
+    # the deployment's ("c4", or "<deployment>.c4").
+    redis_key_prefix: str = Field(
+        default=REDIS_KEY_PREFIX, pattern=r"^[A-Za-z0-9._:{}-]+$", max_length=100
+    )
 
-    # Put before every topic name, e.g. "staging." (tests use a unique one); empty in production.
+    # Put before every topic name, e.g. "staging." (tests use a unique one); unless set, the
+    # deployment's ("", or "<deployment>.").
     topic_prefix: str = Field(default="", pattern=r"^[A-Za-z0-9._-]*$", max_length=100)
     topic_partitions: int = Field(default=8, ge=1, le=10_000)
     topic_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=-1)
@@ -58,6 +75,32 @@ class Settings(BaseSettings):
     stack_prometheus_port: int = Field(default=9090, ge=1, le=65535)
     # A local Alertmanager (c4.stack.alertmanager): its web port (9093 is Kafka's controller).
     stack_alertmanager_port: int = Field(default=19093, ge=1, le=65535)
+
+    @field_validator("deployment")
+    @classmethod
+    def _deployment_not_reserved(cls, deployment: str) -> str:
+        return checked_deployment(deployment)
+
+    @model_validator(mode="after")
+    def _derive_owned_prefixes(self) -> Settings:
+        """The prefixes not set (not even empty): the deployment's."""
+        names = self.names
+        # Set once, while the frozen object is being built: nothing has seen it yet.
+        if "topic_prefix" not in self.model_fields_set:
+            object.__setattr__(self, "topic_prefix", names.topic_prefix)
+        if "redis_key_prefix" not in self.model_fields_set:
+            object.__setattr__(self, "redis_key_prefix", names.redis_key_prefix)
+        return self
+
+    @property
+    def names(self) -> DeploymentNames:
+        """The names the deployment owns: app id, consumer groups (see c4/deployment.py)."""
+        return DeploymentNames(self.deployment)
+
+    @property
+    def deployment_dir(self) -> Path:
+        """The deployment's folder under ``stack_dir`` (Faust state, agent spool)."""
+        return self.names.data_dir(self.stack_dir)
 
     def kafka_client_config(self) -> dict[str, Any]:
         """librdkafka configuration shared by every producer, consumer and admin client."""

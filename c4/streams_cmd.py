@@ -3,32 +3,50 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from c4.streams_wiring import DEFAULT_APP_ID, DEFAULT_METRICS_PORT, DEFAULT_SESSION_TIMEOUT_S
+from c4.streams_wiring import (
+    DEFAULT_METRICS_PORT,
+    DEFAULT_SESSION_TIMEOUT_S,
+    StreamsOptions,
+    options_from_env,
+)
 
 if TYPE_CHECKING:
     from c4.settings import Settings
+
+
+def options_of(args: argparse.Namespace, environ: Mapping[str, str]) -> StreamsOptions:
+    """The worker's options: the ``C4_STREAMS_*`` variables, as ``faust -A c4.faust_app``
+    reads them, and over them every option given."""
+    given = {
+        "app_id": args.app_id,
+        "topology": args.topology,
+        "params": args.params,
+        "clock_rate": args.clock_rate,
+        "snapshot_interval_s": args.snapshot_interval,
+        "session_timeout_s": args.session_timeout,
+        "metrics_port": args.metrics_port,
+    }
+    return dataclasses.replace(
+        options_from_env(environ),
+        web_port=args.web_port,
+        web_bind=args.web_bind,
+        **{name: value for name, value in given.items() if value is not None},
+    )
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here: Faust is heavy and only this subcommand needs it.
     import faust
 
-    from c4.streams_wiring import StreamsOptions, build_streams_worker
+    from c4.streams_wiring import build_streams_worker
     from streams.logs import json_logging_config
 
-    options = StreamsOptions(
-        app_id=args.app_id,
-        topology=args.topology,
-        params=args.params,
-        clock_rate=args.clock_rate,
-        snapshot_interval_s=args.snapshot_interval,
-        session_timeout_s=args.session_timeout,
-        web_port=args.web_port,
-        web_bind=args.web_bind,
-        metrics_port=args.metrics_port,
-    )
+    options = options_of(args, os.environ)
     worker = build_streams_worker(settings, options)
     if options.metrics_port:
         worker.metrics.serve(options.metrics_port, args.metrics_address or settings.metrics_address)
@@ -63,7 +81,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("streams", help="the stream processors (Faust app)")
     actions = parser.add_subparsers(dest="streams_command", required=True, metavar="ACTION")
     worker = actions.add_parser("worker", help="run a Faust worker")
-    worker.add_argument("--app-id", default=DEFAULT_APP_ID, help="Faust app id = consumer group")
+    worker.add_argument(
+        "--app-id",
+        help="Faust app id = consumer group (env C4_STREAMS_APP_ID; default: the deployment's,"
+        " <C4_DEPLOYMENT>.c4-streams, or c4-streams)",
+    )
     worker.add_argument("--web-port", type=int, default=6066, help="Faust web port (127.0.0.1)")
     worker.add_argument(
         "--web-bind", default="127.0.0.1", help="address of the web server (0.0.0.0 in a container)"
@@ -71,22 +93,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument(
         "--clock-rate",
         type=_positive,
-        default=1.0,
-        help="event seconds per wall second while silent (a sped-up simulator: its speed)",
+        help="event seconds per wall second while silent (a sped-up simulator: its speed;"
+        " env C4_STREAMS_CLOCK_RATE, default 1)",
     )
-    worker.add_argument("--topology", help="v1 topology file (enables the fabric correlator)")
-    worker.add_argument("--params", help='detector parameters: {"defaults": {}, "jobs": {}}')
+    worker.add_argument(
+        "--topology",
+        help="v1 topology file (enables the fabric correlator; env C4_STREAMS_TOPOLOGY)",
+    )
+    worker.add_argument(
+        "--params",
+        help='detector parameters: {"defaults": {}, "jobs": {}} (env C4_STREAMS_PARAMS)',
+    )
     worker.add_argument(
         "--snapshot-interval",
         type=_positive,
-        default=1.0,
-        help="seconds between state snapshots of changed jobs (findings: at once)",
+        help="seconds between state snapshots of changed jobs (findings: at once;"
+        " env C4_STREAMS_SNAPSHOT_INTERVAL, default 1)",
     )
     worker.add_argument(
         "--metrics-port",
         type=int,
-        default=DEFAULT_METRICS_PORT,
-        help="Prometheus /metrics port (0: off)",
+        help="Prometheus /metrics port (0: off; env C4_STREAMS_METRICS_PORT,"
+        f" default {DEFAULT_METRICS_PORT})",
     )
     worker.add_argument(
         "--metrics-address",
@@ -96,8 +124,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument(
         "--session-timeout",
         type=_session_timeout,
-        default=DEFAULT_SESSION_TIMEOUT_S,
-        help="consumer group session timeout, s: how soon a dead worker's partitions move (60)",
+        help="consumer group session timeout, s: how soon a dead worker's partitions move"
+        f" (env C4_STREAMS_SESSION_TIMEOUT, default {DEFAULT_SESSION_TIMEOUT_S:g})",
     )
     worker.add_argument("--loglevel", default="info", choices=("debug", "info", "warn", "error"))
     worker.add_argument(

@@ -2,8 +2,8 @@
 Faust's own command line (``faust -A c4.faust_app worker``) alike.
 
 Both get the same Kafka access check, SASL/TLS credentials, data folder, session timeout,
-detector parameters and topology; only where the options come from differs (arguments, or
-``C4_STREAMS_*`` variables).
+detector parameters and topology, and both read the ``C4_STREAMS_*`` variables; the command's
+arguments win over them.
 """
 
 from __future__ import annotations
@@ -18,20 +18,21 @@ if TYPE_CHECKING:
     from c4.settings import Settings
     from streams.detection_app import DetectionWorker
 
-DEFAULT_APP_ID = "c4-streams"
 DEFAULT_SESSION_TIMEOUT_S = 60.0
 DEFAULT_METRICS_PORT = 9464
 
 
 class StreamsOptionsError(C4Error):
-    """A ``C4_STREAMS_*`` variable is unusable."""
+    """A ``C4_STREAMS_*`` variable is unusable (exit 2, as a bad setting)."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True, slots=True)
 class StreamsOptions:
     """What a streams worker is told beyond the shared ``C4_*`` settings."""
 
-    app_id: str = DEFAULT_APP_ID
+    app_id: str | None = None  # None: the deployment's (`c4.deployment`)
     topology: str | None = None
     params: str | None = None
     clock_rate: float = 1.0
@@ -49,9 +50,10 @@ def faust_broker_url(bootstrap: str) -> str:
 
 
 def options_from_env(environ: Mapping[str, str]) -> StreamsOptions:
-    """The options of ``faust -A c4.faust_app``: ``C4_STREAMS_APP_ID``, ``_TOPOLOGY``,
-    ``_PARAMS``, ``_CLOCK_RATE``, ``_SNAPSHOT_INTERVAL``, ``_SESSION_TIMEOUT`` and
-    ``_METRICS_PORT`` (0: off); Faust's own options set its web server."""
+    """The streams options of the environment: ``C4_STREAMS_APP_ID`` (unset: the deployment's),
+    ``_TOPOLOGY``, ``_PARAMS``, ``_CLOCK_RATE``, ``_SNAPSHOT_INTERVAL``, ``_SESSION_TIMEOUT``
+    and ``_METRICS_PORT`` (0: off). ``c4 streams worker``'s options win over them; under
+    ``faust -A c4.faust_app`` Faust's own options set its web server."""
 
     def number(name: str, default: float, low: float, high: float) -> float:
         text = environ.get(name)
@@ -67,7 +69,7 @@ def options_from_env(environ: Mapping[str, str]) -> StreamsOptions:
         return value
 
     return StreamsOptions(
-        app_id=environ.get("C4_STREAMS_APP_ID") or DEFAULT_APP_ID,
+        app_id=environ.get("C4_STREAMS_APP_ID") or None,
         topology=environ.get("C4_STREAMS_TOPOLOGY") or None,
         params=environ.get("C4_STREAMS_PARAMS") or None,
         clock_rate=number("C4_STREAMS_CLOCK_RATE", 1.0, 1e-6, 1e6),
@@ -92,16 +94,17 @@ def build_streams_worker(settings: Settings, options: StreamsOptions) -> Detecti
     # Wrong credentials or protocol: one line now, rather than Faust retrying forever.
     check_kafka_access(settings, timeout_s=5.0, require_answer=False)
     credentials = faust_credentials(settings)
+    app_id = options.app_id or settings.names.streams_app_id
     app_settings: dict[str, object] = {
         # Faust keeps a small folder per app (its table metadata); not in the current folder.
-        "datadir": str(settings.stack_dir / "faust" / options.app_id),
+        "datadir": str(settings.deployment_dir / "faust" / app_id),
         # A killed worker's partitions wait this long before the group hands them on.
         "broker_session_timeout": options.session_timeout_s,
     }
     if credentials is not None:
         app_settings["broker_credentials"] = credentials
     config = DetectionConfig(
-        app_id=options.app_id,
+        app_id=app_id,
         broker=faust_broker_url(settings.kafka_bootstrap),
         partitions=settings.topic_partitions,
         topic_names=TopicNames(settings.topic_prefix).by_kind(),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,10 +39,11 @@ class _Kept:
 class Feed:
     """A background consumer of the diagnosis, action, route and job topics."""
 
-    def __init__(self, client_config: dict[str, Any], topic_prefix: str, group: str = "") -> None:
+    def __init__(self, client_config: dict[str, Any], topic_prefix: str, group: str) -> None:
         self._config = {
             **client_config,
-            "group.id": group or f"c4-dashboard-{uuid.uuid4().hex[:8]}",
+            # A group of the deployment's (`DeploymentNames.dashboard_group`): never another's.
+            "group.id": group,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
         }

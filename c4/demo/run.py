@@ -110,7 +110,7 @@ class DemoRun:
             if not options.setup_only
             else settings
         )
-        self.app_id = f"c4-demo-{self.run_id}"
+        self.app_id = settings.names.owned(f"c4-demo-{self.run_id}")
         # Absolute: the workers run in the logs folder and read files from the report folder.
         self.report = options.report.resolve()
         self.logs = self.report / "logs"

@@ -137,7 +137,7 @@ class SlurmDemo:
                 "topic_partitions": 1,
             }
         )
-        self.app_id = f"c4-demo-{self.run_id}"
+        self.app_id = settings.names.owned(f"c4-demo-{self.run_id}")
         self._temporary = options.report is None
         self.work = (
             Path(tempfile.mkdtemp(prefix=f"c4-demo-slurm-{self.run_id}-"))

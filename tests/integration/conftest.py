@@ -16,6 +16,7 @@ from c4.stack import StackError, kube_down, kube_status, kube_up
 from c4.stack.slurm import slurm_down, slurm_status, slurm_up
 from tests.integration.actions_harness import Cluster, HttpReceiver
 from tests.integration.private_stack import PrivateStack
+from tests.integration.workers import delete_names_holding
 
 
 @pytest.fixture(scope="session")
@@ -98,9 +99,16 @@ def kube_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
 
 
 @pytest.fixture
-def unique() -> str:
-    """A fresh suffix for topic and group names, so tests never share state."""
-    return uuid.uuid4().hex[:10]
+def unique(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh suffix for topic and group names, so tests never share state; what a test
+    named with it on the shared broker (topics, Faust's changelogs, groups) is deleted after."""
+    token = uuid.uuid4().hex[:10]
+    # Only a test of the shared broker left names there (a private stack goes with its data).
+    shared = "kafka_bootstrap" in request.fixturenames
+    bootstrap: str | None = request.getfixturevalue("kafka_bootstrap") if shared else None
+    yield token
+    if bootstrap is not None:
+        delete_names_holding(bootstrap, token)
 
 
 @pytest.fixture
