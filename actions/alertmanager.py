@@ -4,6 +4,11 @@ Pure: receivers written for Alertmanager (PagerDuty bridges, chat bots, ticketin
 these bodies unchanged. The fingerprint is Prometheus's label-set fingerprint (FNV-1a 64 over
 the sorted label names and values, each followed by the separator byte 255), so the same
 finding fires and resolves under one fingerprint.
+
+The training job is ``training_job`` (none for a fabric-wide finding), as on every other alert
+and series of c4 (``job`` is Prometheus's scrape job). ``job`` is still sent, with its old
+value (the training job, ``fabric`` for a fabric-wide finding), for receivers written before
+the rename: deprecated, to be dropped with the next payload version.
 """
 
 from __future__ import annotations
@@ -70,19 +75,22 @@ def payload(
     """The webhook body for one diagnosis (one alert, grouped by the diagnosis id)."""
     escalation = bool(escalation_nodes)
     trouble = escalation or any(step.status == "failed" for step in earlier)
+    where = diagnosis.job or "fabric"
     labels = {
         "alertname": "C4Escalation" if escalation else "C4Diagnosis",
         "class": diagnosis.class_,
-        "job": diagnosis.job or "fabric",
+        "job": where,  # deprecated: training_job (see the module docstring)
         "suspect": subject,
         "diagnosis": diagnosis.id,
         "severity": "critical" if trouble else "warning",
     }
+    if diagnosis.job is not None:
+        labels["training_job"] = diagnosis.job
     suspects = ", ".join(f"{s.id} ({s.score:.2f})" for s in diagnosis.suspects) or "none"
-    summary = f"{diagnosis.class_} in {labels['job']}: suspect {subject}"
+    summary = f"{diagnosis.class_} in {where}: suspect {subject}"
     if escalation:
         summary = (
-            f"{len(escalation_nodes)} nodes of {labels['job']} suspected at once:"
+            f"{len(escalation_nodes)} nodes of {where} suspected at once:"
             f" shared component {subject} escalated, nothing isolated"
         )
     annotations: dict[str, JsonValue] = {

@@ -9,8 +9,8 @@ resolves by itself and one that an Alertmanager restart forgot comes back. A res
 ``endsAt`` is its resolution time (never in the future, never before its start).
 
 Labels (the same for the firing and the resolved alert of one diagnosis):
-``alertname`` ``C4`` + the class in CamelCase (``C4NoncommHang``), ``class``, ``job`` (the
-training job, ``fabric`` for a fabric-wide finding), ``diagnosis`` (its id), ``severity``
+``alertname`` ``C4`` + the class in CamelCase (``C4NoncommHang``), ``class``, ``training_job``
+(none for a fabric-wide finding), ``diagnosis`` (its id), ``severity``
 (``critical`` for hangs, faults, a node or link down and escalations, else ``warning``),
 ``suspect`` and ``suspect_type`` (the alert's subject, when it is a suspect), and where the
 suspect sits, named as the DCGM exporter (``Hostname``, ``gpu``, ``device`` nvidiaN) and
@@ -18,6 +18,12 @@ node_exporter's InfiniBand collector (``device`` mlx5_0, ``port`` 1) name it, pl
 (the scheduler's node name, which ``Hostname`` repeats); an escalation adds
 ``escalation="blast_radius"``. A silence or an inhibit rule on ``node`` or ``Hostname`` thus
 matches c4's alerts together with the exporters' alerts of the same machine.
+
+The training job is ``training_job``, as on the alerts Prometheus fires from c4's findings
+(``deploy/prometheus/c4-rules.yml``), where ``job`` is the scrape job's (``c4-streams``): one
+route, silence or inhibit rule matches a job's alerts from either path. Alerts fired before
+the rename (they said ``job``) keep their label set until they resolve: a resend and a
+resolution post the labels the alert was kept with.
 """
 
 from __future__ import annotations
@@ -73,13 +79,11 @@ def _suspect_type(diagnosis: Diagnosis, subject: str, escalation: bool) -> str |
 def labels_for(diagnosis: Diagnosis, subject: str, escalation: bool = False) -> dict[str, str]:
     """The alert's label set (see the module docstring)."""
     severity = "critical" if escalation or diagnosis.class_ in CRITICAL else "warning"
-    found = {
-        "alertname": alertname(diagnosis.class_),
-        "class": diagnosis.class_,
-        "job": diagnosis.job or "fabric",
-        "diagnosis": diagnosis.id,
-        "severity": severity,
-    }
+    found = {"alertname": alertname(diagnosis.class_), "class": diagnosis.class_}
+    if diagnosis.job is not None:
+        found["training_job"] = diagnosis.job
+    found["diagnosis"] = diagnosis.id
+    found["severity"] = severity
     suspect_type = _suspect_type(diagnosis, subject, escalation)
     if suspect_type is not None:
         found["suspect"] = subject

@@ -43,7 +43,9 @@ if TYPE_CHECKING:
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 CONFIG_NAME = "alertmanager.yml"
-DEFAULT_GROUP_BY = ("alertname", "job", "node")
+# The training job is ``training_job`` on c4's alerts, from the worker and from Prometheus's
+# rules alike (``job`` is the scrape job's there).
+DEFAULT_GROUP_BY = ("alertname", "training_job", "node")
 _HINT = "prometheus-alertmanager not found: run sudo apt-get install -y prometheus-alertmanager"
 
 

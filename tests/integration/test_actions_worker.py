@@ -88,7 +88,7 @@ def test_noncomm_hang_isolates_restarts_on_a_same_leaf_spare_and_alerts(
     assert body["status"] == "firing"
     alert = body["alerts"][0]
     assert alert["labels"]["class"] == "noncomm_hang"
-    assert alert["labels"]["job"] == "job-42"
+    assert alert["labels"]["training_job"] == alert["labels"]["job"] == "job-42"
     assert alert["labels"]["suspect"] == "node-009/gpu1"
     assert alert["endsAt"] == "0001-01-01T00:00:00Z"
     assert len(alert["fingerprint"]) == 16

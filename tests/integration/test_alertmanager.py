@@ -186,7 +186,7 @@ def test_a_finding_fires_in_alertmanager_reaches_its_route_and_resolves(
     assert alert["labels"] == {
         "alertname": "C4CommHang",
         "class": "comm_hang",
-        "job": "job-am",
+        "training_job": "job-am",
         "diagnosis": ident,
         "severity": "critical",
         "suspect": "node-005/gpu3",

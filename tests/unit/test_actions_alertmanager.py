@@ -48,7 +48,8 @@ def test_firing_payload_has_the_version_4_shape() -> None:
     assert alert["labels"] == {
         "alertname": "C4Diagnosis",
         "class": "noncomm_slow",
-        "job": "job-42",
+        "training_job": "job-42",
+        "job": "job-42",  # deprecated, kept for receivers written before training_job
         "suspect": "node-001/gpu3",
         "diagnosis": "d-5c1e",
         "severity": "warning",
@@ -76,6 +77,14 @@ def test_resolved_payload_ends_and_keeps_the_fingerprint() -> None:
     [alert] = resolved["alerts"]  # type: ignore[misc]
     assert alert["endsAt"] == rfc3339(1733130012000000000) == "2024-12-02T09:00:12.000Z"
     assert alert["fingerprint"] == firing["alerts"][0]["fingerprint"]  # type: ignore[index]
+
+
+def test_a_fabric_wide_finding_has_no_training_job_and_the_old_job_fabric() -> None:
+    fabric = diagnosis().model_copy(update={"job": None})
+    [alert] = payload(fabric, "oncall", "leaf-0a~spine-0")["alerts"]  # type: ignore[misc]
+    assert "training_job" not in alert["labels"]
+    assert alert["labels"]["job"] == "fabric"
+    assert alert["annotations"]["summary"] == "noncomm_slow in fabric: suspect leaf-0a~spine-0"
 
 
 def test_a_failed_earlier_step_makes_the_alert_critical_and_is_annotated() -> None:

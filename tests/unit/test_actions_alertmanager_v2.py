@@ -29,6 +29,7 @@ from actions.state.model import Claim
 from actions.step_stages import run_with_retry
 from actions.webhook import Answer
 from schemas.messages import Deadletter, Diagnosis, DiagnosisClass
+from streams.metrics import FINDING_LABELS
 
 ONSET = 1_733_130_000_000_000_000  # 2024-12-02T09:00:00Z
 NOW = ONSET + 3600 * 10**9
@@ -77,7 +78,7 @@ def test_labels_of_a_gpu_suspect_join_the_dcgm_exporters() -> None:
     assert labels_for(diagnosis(GPU), "node-001/gpu3") == {
         "alertname": "C4NoncommHang",
         "class": "noncomm_hang",
-        "job": "job-42",
+        "training_job": "job-42",
         "diagnosis": "d-5c1e",
         "severity": "critical",
         "suspect": "node-001/gpu3",
@@ -115,14 +116,43 @@ def test_where_a_suspect_sits(kind: str, ident: str, expected: dict[str, str]) -
     assert place_labels(kind, ident) == expected
 
 
-def test_severity_follows_the_class_and_fabric_findings_have_job_fabric() -> None:
+def test_severity_follows_the_class_and_fabric_findings_have_no_training_job() -> None:
     slow = labels_for(diagnosis(GPU, cls="noncomm_slow"), "node-001/gpu3")
     assert (slow["alertname"], slow["severity"]) == ("C4NoncommSlow", "warning")
     link = diagnosis([("link", "leaf-0a~spine-0", 0.9)], cls="link_degraded", job=None)
     found = labels_for(link, "leaf-0a~spine-0")
-    assert found["job"] == "fabric"
+    # As on the alert Prometheus fires from the finding's series (training_job="": none).
+    assert "training_job" not in found and "job" not in found
     assert (found["suspect"], found["suspect_type"]) == ("leaf-0a~spine-0", "link")
     assert "node" not in found
+    assert annotations_for(link, "leaf-0a~spine-0")["summary"].startswith("link_degraded in fabric")
+
+
+def test_the_labels_are_named_as_on_the_findings_prometheus_alerts_on() -> None:
+    # One route or silence matches a finding's alert from the worker and from c4-rules.yml:
+    # each label naming what a c4_finding_open label names has its name (training_job, not
+    # job, which is the scrape job's on the rules' alerts).
+    escalated = labels_for(diagnosis(GPU), "leaf-0a", escalation=True)
+    for found in (labels_for(diagnosis(GPU), "node-001/gpu3"), escalated):
+        assert set(found) - {"alertname", "severity", "escalation"} <= set(FINDING_LABELS)
+        assert found["training_job"] == "job-42" and "job" not in found
+
+
+def test_an_alert_fired_with_the_old_job_label_resolves_with_it() -> None:
+    # Kept by a worker from before the rename: resent and resolved under the label set it
+    # fired with, so that the Alertmanager ends that alert and not another.
+    alerts = MemoryAlerts()
+    posts = Posts()
+    receiver, am = client(posts, alerts)
+    old = kept_for(diagnosis(GPU), "node-001/gpu3", NOW)
+    labels = {("job" if name == "training_job" else name): v for name, v in old.labels.items()}
+    alerts.keep("am", "d-5c1e", Kept(labels, old.annotations, old.starts_ns).to_json())
+    assert am.resend_now(receiver, NOW + S, {0}) == 1
+    resolved = diagnosis(GPU, state="resolved", ts_ns=NOW + 2 * S)
+    ended = am.alert(receiver, resolved, "node-001/gpu3", NOW + 3 * S)
+    assert am.send(receiver, resolved, ended, NOW + 3 * S).ok
+    assert [call[1][0]["labels"] for call in posts.calls] == [labels, labels]
+    assert posts.calls[-1][1][0]["endsAt"] == rfc3339(NOW + 2 * S)
 
 
 def test_no_suspect_no_suspect_labels_and_an_escalation_names_its_switch() -> None:

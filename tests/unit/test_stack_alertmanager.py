@@ -57,7 +57,7 @@ def test_a_configuration_routes_every_alert_to_the_webhooks_with_resolutions() -
 def test_without_webhooks_alerts_go_to_nobody() -> None:
     config = yaml.safe_load(render_alertmanager_config())
     assert config["route"]["receiver"] == "c4-nobody"
-    assert config["route"]["group_by"] == ["alertname", "job", "node"]
+    assert config["route"]["group_by"] == ["alertname", "training_job", "node"]
     assert config["receivers"] == [{"name": "c4-nobody"}]
 
 
