@@ -134,12 +134,14 @@ class LiveDetection:
 
     ``clock_rate`` is event seconds per wall second: 1 for real clusters, more for a
     simulator replaying faster than real time. A measurement more than ``max_lateness_ns``
-    older than the latest one of its own job (collectives), port (links) or GPU is counted
-    and dropped: out of order beyond the bound, it would be judged against state that has
-    moved on. Lateness is per key, as Kafka Streams keeps stream time per partition: a job
-    whose partition lags behind the others (a backlog, an overloaded worker, an agent's
-    spool replayed after an outage) is behind the worker's clock, not late, and its data is
-    judged on its own time.
+    older than the latest one of its own source (a job's reports from one node, a port's
+    links, a GPU's) is counted and dropped: out of order beyond the bound, it would be judged
+    against state that has moved on. Lateness is per key, as Kafka Streams keeps stream time
+    per partition: a job whose partition lags behind the others (a backlog, an overloaded
+    worker) is behind the worker's clock, not late, and its data is judged on its own time.
+    A job's reports are keyed by node as well: each node's agent spools and replays on its
+    own, so after an outage one node's backlog arrives behind another's, in order for its
+    node, and is taken.
     """
 
     def __init__(
@@ -165,7 +167,8 @@ class LiveDetection:
         self.counters = LiveCounters()
         self._per_kind: dict[str, Any] = {}
         self._ops_of: dict[str, Any] = {}  # the operations counter of each job
-        self._latest_of: dict[tuple[str, str], int] = {}  # (kind, job/port/GPU) -> ts_ns
+        # (kind, job, node) or (kind, port or GPU, "") -> the source's latest ts_ns
+        self._latest_of: dict[tuple[str, str, str], int] = {}
 
     def on_message(self, message: C4Model) -> list[Diagnosis]:
         """One decoded message: late ones are dropped, the rest go to the engine."""
@@ -182,7 +185,9 @@ class LiveDetection:
         else:
             ts_ns = 0  # a fact (placement, route plan): always taken, never moves the clock
             if isinstance(message, Job) and message.state == "stopped":
-                self._latest_of.pop(("collective", message.job), None)
+                ended = [k for k in self._latest_of if k[:2] == ("collective", message.job)]
+                for key in ended:
+                    del self._latest_of[key]
         self.counters.messages += 1
         kind = str(getattr(message, "kind", ""))
         counter = self._per_kind.get(kind)
@@ -230,10 +235,11 @@ class LiveDetection:
         return found
 
 
-def _key_of(message: Collective | Link | Gpu) -> tuple[str, str]:
-    """What a measurement's lateness is judged against: its job, port or GPU."""
+def _key_of(message: Collective | Link | Gpu) -> tuple[str, str, str]:
+    """What a measurement's lateness is judged against: its job's reports from its node (each
+    node's agent delivers, spools and replays on its own), its port or its GPU."""
     if isinstance(message, Collective):
-        return "collective", message.job
+        return "collective", message.job, message.node or ""
     if isinstance(message, Link):
-        return "link", f"{message.node}/{message.port}"
-    return "gpu", f"{message.node}/{message.gpu}"
+        return "link", f"{message.node}/{message.port}", ""
+    return "gpu", f"{message.node}/{message.gpu}", ""

@@ -117,6 +117,10 @@ class CommTracker:
     ops_seen: int = 0
     periods: Window = field(init=False)
     last_end_ns: int | None = None
+    # The latest time a member was seen finishing an operation (its end, at most its
+    # report's time). Every member took part in it: a member whose own reports stop before
+    # that is behind (an agent's spool not yet replayed), not silent.
+    finished_ns: int = NOT_YET
     # Sync points for the compute tracker: every ``sync_every_ns`` (0: none), a completed
     # operation's end on every member's clock (all members leave it together).
     sync_every_ns: int = 0
@@ -167,6 +171,7 @@ class CommTracker:
         pending = self.pending
         completed = self.completed
         size = self.size
+        finished = NOT_YET
         # The hot loop of the detector: one iteration per reported operation, kept inline
         # and indexed (compiled, a loop over typed tuples; opening an operation too; only
         # the eviction of the oldest calls out).
@@ -190,12 +195,18 @@ class CommTracker:
                     state.all_entered_ns = ts_ns
             end = ends[i]
             if end is not None:
+                if end > finished:
+                    finished = end
                 state_ends = state.end
                 if state_ends[rank] == NOT_YET:
                     state_ends[rank] = end
                     state.ended += 1
                     if state.ended == size:
                         self._complete(seq, state)
+        if finished != NOT_YET:
+            finished = min(finished, ts_ns)  # no report vouches for later than its own time
+            if finished > self.finished_ns:
+                self.finished_ns = finished
         if ops.seq and pending and min(pending) < max(ops.seq):
             self._infer_earlier(rank, ops.seq, ops.end_ns, ts_ns)
         if message.conns is not None:
@@ -327,12 +338,31 @@ class CommTracker:
         """The typical wall span of an operation of this communicator."""
         return self.spans.median()
 
-    def hang(self, now_ns: int, share: float = 1.0) -> Hang | None:
-        """The oldest operation without progress for ``share`` x ``hang_after``, if any."""
+    def unfinished_oldest(self) -> int | None:
+        """The oldest pending operation no member finished yet.
+
+        One member finished it, so every member took part in it (a collective finishes on
+        none while one is missing): whoever has not reported entering or finishing it did,
+        and those reports are behind (a node's spool replayed after the others', a report
+        lost on the way that a later one fills in), not a hang.
+        """
         if not self.pending:
             return None
-        hang_after = int(self.params.hang_after_ns(self.median_op_ns()) * share)
         seq = min(self.pending)
+        if self.pending[seq].ended == 0:
+            return seq  # the usual case: nothing finished is waiting for late reports
+        for seq in sorted(self.pending):
+            if self.pending[seq].ended == 0:
+                return seq
+        return None
+
+    def hang(self, now_ns: int, share: float = 1.0) -> Hang | None:
+        """The oldest operation without progress for ``share`` x ``hang_after``, if any (of
+        those no member finished: see `unfinished_oldest`)."""
+        seq = self.unfinished_oldest()
+        if seq is None:
+            return None
+        hang_after = int(self.params.hang_after_ns(self.median_op_ns()) * share)
         state = self.pending[seq]
         if state.entered < self.size:
             if now_ns - state.first_seen_ns < hang_after:
@@ -426,6 +456,7 @@ class CommTracker:
             ],
             "ops_seen": self.ops_seen,
             "last_end_ns": self.last_end_ns,
+            "finished_ns": self.finished_ns,
             "sync": [self.sync_every_ns, self.last_sync_ns, [[q, e] for q, e in self.syncs]],
         }
 
@@ -468,6 +499,7 @@ class CommTracker:
                         insort(ordered.setdefault(sample.peer, []), sample.nbytes / sample.busy_ns)
         tracker.ops_seen = state["ops_seen"]
         tracker.last_end_ns = state["last_end_ns"]
+        tracker.finished_ns = int(state.get("finished_ns", NOT_YET))
         if "sync" in state:
             every, last, syncs = state["sync"]
             tracker.sync_every_ns, tracker.last_sync_ns = int(every), last

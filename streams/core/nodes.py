@@ -4,6 +4,13 @@ Silent means its ranks stopped reporting and its agent did too. An agent that st
 it is up (a ``collectives`` batch naming the node, empty when the ranks said nothing) while
 the node's ranks are silent shows processes stopped on a live node: no node_down, and the
 hang check names those ranks.
+
+A rank counts as seen when the other members of one of its communicators finish an
+operation (`CommTracker.finished_ns`): it took part in it, so its node was up then, whatever
+its own reports say so far. Each node's agent spools and replays on its own (after a broker
+outage the job's partition holds one node's backlog before another's): a node whose reports
+are behind the others' is not silent while its peers' operations go on completing, and one
+that went down stops them, so it is still found ``silent_after`` past the last of them.
 """
 
 from __future__ import annotations
@@ -47,13 +54,17 @@ class NodeWatch:
             self._data_ns = ts_ns
 
     def last_seen(self) -> dict[str, int]:
-        """Each node of the job -> its latest report (event time)."""
+        """Each node of the job -> when it was last seen up (event time): its latest report,
+        or a later operation its ranks took part in that a peer finished."""
         seen: dict[str, int] = {}
         for tracker in self._groups.comms.values():
+            finished = tracker.finished_ns
             for member in tracker.members:
                 node, _, _ = self._groups.place(member)
+                # A member never heard from stays out: nothing says where it stands.
                 if node is not None and member.last_seen_ns >= 0:
-                    seen[node] = max(seen.get(node, -1), member.last_seen_ns)
+                    at = max(member.last_seen_ns, finished)
+                    seen[node] = max(seen.get(node, -1), at)
         if self._seen_floor is not None:
             floor, nodes = self._seen_floor
             for node in seen.keys() & nodes:  # a set (frozenset & keys is one too)
