@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,6 +25,8 @@ from c4.stack import port_answers, stack_kill, stack_up
 TARGETS = ("streams worker", "actions worker", "node agent", "kafka", "redis")
 RESTART_AFTER_S = 1.0  # a crashed process is back after a second (a supervisor's restart)
 RECOVERY_LIMIT_S = 120.0
+SEED_ENV = "C4_CHAOS_SEED"  # replays a chaos run: the same kill order and pauses
+SEED_RANGE = 1_000_000
 
 
 class Target(Protocol):
@@ -108,6 +110,24 @@ class Kill:
     restarted_at: float | None = None
     back_s: float | None = None  # kill -> the process serves again
     recovered_s: float | None = None  # kill -> the pipeline caught up
+
+
+def chaos_seed(environ: Mapping[str, str]) -> tuple[int, str]:
+    """The seed of a chaos run and how to replay it: ``C4_CHAOS_SEED`` when set, else a fresh
+    one (each unseeded run tries another order); the second item is the line to print first,
+    so that a failing run can be run again exactly as it went."""
+    given = environ.get(SEED_ENV, "").strip()
+    if given:
+        try:
+            seed = int(given)
+        except ValueError:
+            message = f"{SEED_ENV}={given!r} is not an integer seed"
+            raise DemoError(message) from None
+        source = f"from {SEED_ENV}"
+    else:
+        seed = random.SystemRandom().randrange(SEED_RANGE)
+        source = "drawn for this run"
+    return seed, f"chaos seed {seed} ({source}; {SEED_ENV}={seed} replays this run)"
 
 
 def kill_plan(seed: int, first_s: tuple[float, float], pause_s: tuple[float, float]) -> list[Kill]:

@@ -6,14 +6,18 @@ from typing import Any
 
 import pytest
 
+from c4.demo import DemoError
 from c4.demo.audit import audit
 from c4.demo.chaos import (
     RECOVERY_LIMIT_S,
     RESTART_AFTER_S,
+    SEED_ENV,
+    SEED_RANGE,
     TARGETS,
     Chaos,
     ChaosFailed,
     Target,
+    chaos_seed,
     kill_plan,
     recovery_table,
 )
@@ -42,6 +46,23 @@ class FakeTarget:
     def back(self) -> bool:
         self.checks += 1
         return self.checks > self.back_after
+
+
+def test_a_chaos_seed_comes_from_the_environment_or_is_drawn_and_says_how_to_replay() -> None:
+    seed, line = chaos_seed({SEED_ENV: " 428208 "})
+    assert seed == 428208
+    assert line == "chaos seed 428208 (from C4_CHAOS_SEED; C4_CHAOS_SEED=428208 replays this run)"
+    drawn = [chaos_seed({}) for _ in range(20)]
+    assert all(0 <= seed < SEED_RANGE for seed, _ in drawn)
+    assert len({seed for seed, _ in drawn}) > 1  # a fresh seed per run, not a fixed one
+    seed, line = drawn[0]
+    assert line == f"chaos seed {seed} (drawn for this run; C4_CHAOS_SEED={seed} replays this run)"
+    assert chaos_seed({SEED_ENV: ""})[1].endswith("replays this run)")  # empty: drawn
+    with pytest.raises(DemoError, match="C4_CHAOS_SEED='seven' is not an integer seed"):
+        chaos_seed({SEED_ENV: "seven"})
+    # The printed seed replays the run: the same kills in the same order after the same pauses.
+    replayed = chaos_seed({SEED_ENV: str(seed)})[0]
+    assert kill_plan(replayed, (6.0, 12.0), (2.0, 8.0)) == kill_plan(seed, (6.0, 12.0), (2.0, 8.0))
 
 
 def test_the_plan_kills_every_target_once_in_a_seeded_random_order() -> None:
