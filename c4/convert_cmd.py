@@ -1,4 +1,9 @@
-"""``c4 convert``: traces written by other tools as v1 collective messages (JSON Lines)."""
+"""``c4 convert``: traces written by other tools as v1 collective messages (JSON Lines).
+
+A file that cannot be read is reported on stderr in one line (``error: FILE: why``) and
+the others are still converted; the exit code is then 1, and converting nothing at all is
+an error. What a readable file holds but cannot be converted is reported as ``skipped:``.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,10 @@ from typing import TYPE_CHECKING
 
 from c4 import C4Error
 from c4.inputs import load_document
+from producers.bounded_read import JsonObjectFile
 from producers.fr_convert import convert
 from producers.fr_dump import FlightRecorderError, read_dump_folder
-from producers.nccl_inspector import InspectorOp, parse_record, split_objects, to_messages
+from producers.nccl_inspector import InspectorOp, read_records, to_messages
 from schemas.codec import encode
 from schemas.messages import Collective, Job, RankPlace
 
@@ -47,19 +53,27 @@ def _write(messages: list[Collective], out: str) -> None:
 def _flight_recorder(args: argparse.Namespace, settings: Settings) -> int:
     del settings  # offline: no broker
     job, places = _placement(args.placement, args.job)
+    bad_files: list[str] = []
     try:
-        dumps = read_dump_folder(Path(args.folder))
-        result = convert(dumps, job, places, round(args.interval * NS_PER_S))
+        dumps = read_dump_folder(Path(args.folder), bad_files)
     except FlightRecorderError as error:
         raise ConvertError(str(error)) from error
+    for line in bad_files:
+        print(f"error: {line}", file=sys.stderr)
+    if not dumps:
+        message = f"{args.folder}: none of its {len(bad_files)} dump files could be read"
+        raise ConvertError(message)
+    result = convert(dumps, job, places, round(args.interval * NS_PER_S))
     for line in result.skipped:
         print(f"skipped: {line}", file=sys.stderr)
     _write(result.messages, args.out)
+    unread = f", {len(bad_files)} unreadable" if bad_files else ""
     print(
-        f"{len(dumps)} dumps, {len(result.messages)} messages, {len(result.skipped)} skipped",
+        f"{len(dumps)} dumps, {len(result.messages)} messages, {len(result.skipped)} skipped"
+        f"{unread}",
         file=sys.stderr,
     )
-    return 0
+    return 1 if bad_files else 0
 
 
 def _nccl_inspector(args: argparse.Namespace, settings: Settings) -> int:
@@ -69,23 +83,31 @@ def _nccl_inspector(args: argparse.Namespace, settings: Settings) -> int:
     if not folder.is_dir():
         message = f"{folder}: not a folder"
         raise ConvertError(message)
+    paths = sorted(p for p in folder.rglob("*") if p.is_file())
+    if not paths:
+        message = f"{folder}: no files"
+        raise ConvertError(message)
     ops: list[InspectorOp] = []
-    problems: list[str] = []
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        objects, used, errors = split_objects(path.read_text(encoding="utf-8", errors="replace"))
-        problems.extend(f"{path}: {error}" for error in errors)
-        for obj in objects:
-            try:
-                ops.append(parse_record(obj))
-            except ValueError as error:
-                problems.append(f"{path}: record skipped: {error}")
-    for line in problems:
-        print(f"skipped: {line}", file=sys.stderr)
+    bad_files = 0
+    for path in paths:
+        file_ops, unreadable, skipped = read_records(JsonObjectFile(path), final=True)
+        ops.extend(file_ops)
+        # What cannot be read as JSON makes the file bad; a record that is JSON but not one
+        # to convert (a point-to-point one, say) is only skipped.
+        bad_files += bool(unreadable)
+        for line in unreadable:
+            print(f"error: {line}", file=sys.stderr)
+        for line in skipped:
+            print(f"skipped: {line}", file=sys.stderr)
+    if not ops:
+        message = f"{folder}: no NCCL Inspector record could be converted from {len(paths)} files"
+        raise ConvertError(message)
     messages = to_messages(ops, job, 0)
     messages.sort(key=lambda message: message.ts_ns)
     _write(messages, args.out)
-    print(f"{len(ops)} records, {len(messages)} messages", file=sys.stderr)
-    return 1 if problems and not ops else 0
+    unread = f", {bad_files} files with unreadable content" if bad_files else ""
+    print(f"{len(ops)} records, {len(messages)} messages{unread}", file=sys.stderr)
+    return 1 if bad_files else 0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

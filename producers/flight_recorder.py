@@ -55,12 +55,13 @@ class FlightRecorderSource:
         self._seen: dict[Path, int] = {}
 
     def read(self, now_ns: int) -> Reading:
-        """Convert the dumps written since the last round."""
+        """Convert the dumps written since the last round (each read is bounded, see
+        `producers.fr_dump`; a bad file is reported once and the others still converted)."""
         del now_ns  # the messages carry the dump's own times
         reading = Reading()
         paths = sorted(self.folder.iterdir()) if self.folder.is_dir() else []
-        dumps: list[RankDump] = []
-        changed: set[int] = set()
+        new_paths: set[Path] = set()
+        present: list[Path] = []
         for path in paths:
             if not path.is_file() or not is_dump_name(path.name):
                 continue
@@ -68,16 +69,23 @@ class FlightRecorderSource:
                 mtime = path.stat().st_mtime_ns
             except OSError:
                 continue
-            new = self._seen.get(path) != mtime
+            present.append(path)
+            if self._seen.get(path) != mtime:
+                new_paths.add(path)
             self._seen[path] = mtime
+        if not new_paths:
+            return reading  # nothing new: the dumps are not read again
+        dumps: list[RankDump] = []
+        changed: set[int] = set()
+        for path in present:
             try:
                 dump = read_dump_file(path)
             except FlightRecorderError as error:
-                if new:
+                if path in new_paths:
                     reading.problems.append(str(error))
                 continue
             dumps.append(dump)
-            if new:
+            if path in new_paths:
                 changed.add(dump.rank)
         if not changed:
             return reading

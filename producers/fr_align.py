@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from producers.fr_dump import RankDump
@@ -94,11 +94,28 @@ def collective_ops(entries: list[Entry], never_started: dict[int, int]) -> list[
     return ops
 
 
+def oldest_record_id(rank_dump: RankDump) -> int:
+    """The smallest ``record_id`` a dump holds (0 when none says): 0 unless its ring buffer
+    dropped entries."""
+    return min(
+        (
+            entry["record_id"]
+            if isinstance(entry, Mapping) and isinstance(entry.get("record_id"), int)
+            else 0
+            for entry in rank_dump.dump["entries"]
+        ),
+        default=0,
+    )
+
+
 def p2p_ops(
-    rank: int, entries: list[Entry], dumps: list[RankDump], never_started: dict[int, int]
+    rank: int, entries: list[Entry], oldest_records: Sequence[int], never_started: dict[int, int]
 ) -> tuple[dict[int, list[PairOp]], bool]:
     """One rank's point-to-point operations of one process group, per peer, in order; and
-    whether the group's history is whole (nothing dropped by the ring buffer before it)."""
+    whether the group's history is whole (nothing dropped by the ring buffer before it).
+
+    ``oldest_records``: `oldest_record_id` of each dump, found once per dump rather than
+    once per group (a dump of many groups made that quadratic)."""
     by_step: dict[int, list[Entry]] = defaultdict(list)
     for entry in entries:
         by_step[entry.p2p_seq].append(entry)
@@ -125,14 +142,7 @@ def p2p_ops(
                 )
             )
     first = min(entries, key=lambda e: (e.p2p_seq, e.order))
-    oldest = min(
-        (
-            int(e.get("record_id", 0))
-            if isinstance(e, Mapping) and isinstance(e.get("record_id"), int)
-            else 0
-        )
-        for e in dumps[first.file].dump["entries"]
-    )
+    oldest = oldest_records[first.file]
     complete = oldest == 0 or (first.p2p_seq == 1 and first.order > oldest)
     return pairs, complete
 

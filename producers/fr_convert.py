@@ -13,6 +13,7 @@ of the whole group). Completed operations without a completion time (gloo record
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,12 +24,20 @@ from producers.fr_align import (
     Op,
     PairOp,
     collective_ops,
+    oldest_record_id,
     p2p_ops,
     pair_seqs,
     trim_to_common_history,
 )
 from producers.fr_dump import RankDump
-from producers.fr_entries import Entry, entries_of, infer_returned, members_of, short_repr
+from producers.fr_entries import (
+    Entry,
+    entries_of,
+    groups_held,
+    infer_returned,
+    members_of,
+    short_repr,
+)
 from schemas.base import MAX_ITEMS
 from schemas.messages import Collective, Ops, RankPlace
 
@@ -37,6 +46,10 @@ NS_PER_S = 1_000_000_000
 # older operations are reported in its first message. Bounds the output of a dump whose
 # entries span days (or claim a creation time of 0).
 MAX_INTERVALS = 3_600
+# And a rank's heartbeats in all: beyond this many communicators (a job has a handful; a
+# forged dump can name a new peer in each entry, 7 KB gave 356,000 messages) each one's
+# go back a share of this many times MAX_INTERVALS, at least one interval.
+FULL_TIMELINES_PER_RANK = 64
 
 
 @dataclass(slots=True)
@@ -66,6 +79,9 @@ def convert(
     for file, rank_dump in enumerate(dumps):
         entries.extend(entries_of(file, rank_dump, members, result.skipped))
     infer_returned(entries, dumps)
+    # Found once each: per group or per operation, they made a dump of many quadratic.
+    oldest_records = [oldest_record_id(rank_dump) for rank_dump in dumps]
+    held = [groups_held(rank_dump) for rank_dump in dumps]
     timelines: dict[tuple[str, int, int, int], list[Op]] = defaultdict(list)
     stops: dict[tuple[str, int, int, int], int] = defaultdict(int)
     never_started: dict[int, int] = defaultdict(int)
@@ -76,21 +92,24 @@ def convert(
     for (rank, name, p2p), group_entries in by_group.items():
         group = members[name]
         if p2p:
-            pairs, complete = p2p_ops(rank, group_entries, dumps, never_started)
+            pairs, complete = p2p_ops(rank, group_entries, oldest_records, never_started)
             for peer, pair_ops in pairs.items():
                 sides[(name, min(rank, peer), max(rank, peer))][rank] = (pair_ops, complete)
             continue
-        for op in collective_ops(group_entries, never_started):
-            key = (name, len(group), group.index(rank), rank)
-            timelines[key].append(op)
-            stops[key] = max(stops[key], _written(group_entries, dumps))
+        ops = collective_ops(group_entries, never_started)
+        if not ops:
+            continue
+        key = (name, len(group), group.index(rank), rank)
+        timelines[key].extend(ops)
+        stops[key] = max(stops[key], _written(group_entries, dumps))
     for (name, low, high), by_rank in sides.items():
         comm = f"{name}:p2p:{low}-{high}"
         for rank, seqs in pair_seqs(low, high, by_rank, len(members[name]) == 2).items():
             key = (comm, 2, 0 if rank == low else 1, rank)
             timelines[key].extend(seqs)
             stops[key] = max(
-                [stops[key]] + [d.written_ns for d in dumps if d.rank == rank and _holds(d, name)]
+                [stops[key]]
+                + [d.written_ns for f, d in enumerate(dumps) if d.rank == rank and name in held[f]]
             )
     trim_to_common_history(timelines)
     for file, count in sorted(never_started.items()):
@@ -98,6 +117,7 @@ def convert(
             f"{dumps[file].source}: {count} operations scheduled but never started:"
             " reported as not entered"
         )
+    span = _heartbeat_spans(timelines, result.skipped)
     for (comm, size, comm_rank, rank), ops in timelines.items():
         try:
             result.messages.extend(
@@ -111,6 +131,7 @@ def convert(
                     ops,
                     (places or {}).get(rank),
                     interval_ns,
+                    span[rank],
                 )
             )
         except ValidationError as error:
@@ -124,14 +145,22 @@ def convert(
     return result
 
 
-def _holds(rank_dump: RankDump, name: str) -> bool:
-    return any(
-        isinstance(entry, Mapping)
-        and isinstance(entry.get("process_group"), list | tuple)
-        and entry["process_group"]
-        and str(entry["process_group"][0]) == name
-        for entry in rank_dump.dump["entries"]
-    )
+def _heartbeat_spans(
+    timelines: Mapping[tuple[str, int, int, int], list[Op]], skipped: list[str]
+) -> dict[int, int]:
+    """Global rank -> how many intervals back each of its timelines reports."""
+    count: dict[int, int] = defaultdict(int)
+    for (*_, rank), ops in timelines.items():
+        count[rank] += bool(ops)
+    span: dict[int, int] = {}
+    for rank, timelines_of_rank in count.items():
+        span[rank] = max(1, MAX_INTERVALS * FULL_TIMELINES_PER_RANK // max(timelines_of_rank, 1))
+        if span[rank] < MAX_INTERVALS:
+            skipped.append(
+                f"rank {rank}: {timelines_of_rank} communicators: heartbeats for the last"
+                f" {span[rank]} intervals only (older operations in their first message)"
+            )
+    return span
 
 
 def _written(entries: list[Entry], dumps: list[RankDump]) -> int:
@@ -148,26 +177,32 @@ def _interval_messages(
     ops: list[Op],
     place: RankPlace | None,
     interval_ns: int,
+    intervals: int = MAX_INTERVALS,
 ) -> list[Collective]:
-    """The messages a live agent would have sent for one rank and communicator."""
+    """The messages a live agent would have sent for one rank and communicator, going back
+    at most ``intervals`` intervals before its end."""
     if not ops:
         return []
     ops = sorted(ops, key=lambda op: op.enter_ns)
     stop = max(written_ns, max(op.end_ns or op.enter_ns for op in ops))
     messages: list[Collective] = []
-    start = max(ops[0].enter_ns, stop - MAX_INTERVALS * interval_ns)
+    start = max(ops[0].enter_ns, stop - intervals * interval_ns)
     ts = start - start % interval_ns + interval_ns
     next_index = 0
-    open_ops: list[Op] = []
+    # Operations reported entered and not yet completed, by completion time (a heap: one
+    # scan of them all per interval made many in flight quadratic); those that never
+    # complete are reported once, when entered.
+    completing: list[tuple[int, int, Op]] = []
     while True:
-        chosen = [op for op in open_ops if op.end_ns is not None and op.end_ns < ts]
-        open_ops = [op for op in open_ops if op not in chosen]
+        chosen: list[Op] = []
+        while completing and completing[0][0] < ts:
+            chosen.append(heapq.heappop(completing)[2])
         while next_index < len(ops) and ops[next_index].enter_ns < ts:
             op = ops[next_index]
-            next_index += 1
             chosen.append(op)
-            if op.end_ns is None or op.end_ns >= ts:
-                open_ops.append(op)
+            if op.end_ns is not None and op.end_ns >= ts:
+                heapq.heappush(completing, (op.end_ns, next_index, op))
+            next_index += 1
         chosen.sort(key=lambda op: op.seq)
         for first in range(0, max(len(chosen), 1), MAX_ITEMS):
             part = chosen[first : first + MAX_ITEMS]

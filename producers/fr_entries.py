@@ -4,16 +4,16 @@ Each entry is checked on its own (a malformed one is skipped, with one line sayi
 its profiling name maps to the contract's op, a point-to-point peer is named by group rank
 and mapped to its global rank, sizes come from shapes and dtypes, and its end from
 ``time_discovered_completed_ns``, its ``state``, the group's ``pg_status`` or ``retired``
-where the backend makes that mean completed (`_trusts_retired`). Process-group members come
-from ``pg_config``, else from the dumps that hold the group.
+where the backend makes that mean completed (`_records_completion`). Process-group members
+come from ``pg_config``, else from the dumps that hold the group. Names are taken from
+scalars only and sizes are multiplied in bounds (`numel_bytes`): a dump may be hostile.
 """
 
 from __future__ import annotations
 
-import ast
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,10 @@ from schemas.base import MAX_ID_CHARS
 from schemas.messages import OpName
 
 MAX_INT64 = 2**63 - 1
+# Real tensors have a handful of dimensions; a shape of more than 64 is taken for a forged one.
+MAX_TENSOR_DIMS = 64
+# Profiling names are short ("nccl:all_reduce", "nccl:send 0->1"); a long one is not one.
+MAX_PROFILING_CHARS = 256
 # Element sizes of the dtype names a dump uses ("Float", "BFloat16", ...), lower-cased.
 DTYPE_BYTES = {
     "float": 4,
@@ -38,6 +42,42 @@ DTYPE_BYTES = {
     "float8_e5m2": 1,
 }
 _P2P = re.compile(r"^(send|recv)\s+(\d+)\s*(->|<-)\s*(\d+|\?)$")
+# pg_config's ranks as torch writes them, "[0, 1, 2]" (or a tuple's "(0, 1)").
+_RANK_LIST = re.compile(r"\s*[\[(]\s*(?:\d{1,19}\s*(?:,\s*\d{1,19}\s*)*,?\s*)?[\])]\s*")
+_RANK = re.compile(r"\d+")
+
+
+def scalar_text(value: Any) -> str:
+    """A name or id given as a scalar, as text; TypeError for anything else (the text of a
+    list or dict could be huge, and nested ones recurse)."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool | float):
+        return str(value)
+    if isinstance(value, int) and abs(value) <= MAX_INT64:
+        return str(value)
+    message = f"{type(value).__name__} where a name was expected"
+    raise TypeError(message)
+
+
+def parse_ranks(ranks: Any) -> tuple[int, ...]:
+    """A group's member ranks from pg_config ("[0, 1, 2]" or a list); ValueError otherwise.
+
+    Read with a regular expression, not ast.literal_eval: a long string would build a
+    syntax tree first, a nested one recurse.
+    """
+    if isinstance(ranks, str):
+        if _RANK_LIST.fullmatch(ranks) is None:
+            message = "ranks are not a list of numbers"
+            raise ValueError(message)
+        return tuple(int(rank) for rank in _RANK.findall(ranks))
+    if not isinstance(ranks, list | tuple):
+        message = "ranks are not a list"
+        raise ValueError(message)
+    if not all(isinstance(rank, int) and not isinstance(rank, bool) for rank in ranks):
+        message = "ranks are not all integers"
+        raise ValueError(message)
+    return tuple(ranks)
 
 
 def op_name(profiling_name: str) -> tuple[OpName | None, str]:
@@ -80,7 +120,7 @@ class Entry:
     nbytes: int
     enter_ns: int
     end_ns: int | None
-    returned: bool  # retired, which here only says the call returned (see _trusts_retired)
+    returned: bool  # retired, which here only says the call returned (see _records_completion)
     never_started: bool
 
 
@@ -92,17 +132,15 @@ def _members_from_config(dump: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     for key, value in config.items():
         if not isinstance(value, Mapping):
             continue
-        ranks = value.get("ranks")
         try:
-            parsed: Any = ast.literal_eval(ranks) if isinstance(ranks, str) else ranks
-            group = tuple(int(rank) for rank in parsed or ())
-        except (ValueError, TypeError, SyntaxError, OverflowError, MemoryError, RecursionError):
+            group = parse_ranks(value.get("ranks"))
+            name = scalar_text(value.get("name") or key)
+        except (ValueError, TypeError):
             continue
         if any(not 0 <= rank <= MAX_INT64 for rank in group) or len(set(group)) != len(group):
             continue
-        name = value.get("name") or key
         if group and name:
-            members[str(name)] = group
+            members[name] = group
     return members
 
 
@@ -114,27 +152,62 @@ def members_of(dumps: list[RankDump]) -> dict[str, tuple[int, ...]]:
     # Groups the config does not describe: members are the ranks whose dumps hold them.
     seen_in: dict[str, set[int]] = defaultdict(set)
     for rank_dump in dumps:
-        for entry in rank_dump.dump["entries"]:
-            group = entry.get("process_group") if isinstance(entry, Mapping) else None
-            if isinstance(group, list | tuple) and group:
-                seen_in[str(group[0])].add(rank_dump.rank)
+        for name in groups_held(rank_dump):
+            seen_in[name].add(rank_dump.rank)
     for name, ranks in seen_in.items():
         if name not in members or not set(ranks) <= set(members[name]):
             members[name] = tuple(sorted(ranks | set(members.get(name, ()))))
     return members
 
 
-def _numel_bytes(sizes: Any, dtypes: Any) -> int:
-    total = 0
-    if not isinstance(sizes, list):
+def groups_held(rank_dump: RankDump) -> set[str]:
+    """The names of the process groups a dump has entries of."""
+    names: set[str] = set()
+    for entry in rank_dump.dump["entries"]:
+        group = entry.get("process_group") if isinstance(entry, Mapping) else None
+        if isinstance(group, list | tuple) and group:
+            try:
+                names.add(scalar_text(group[0]))
+            except TypeError:
+                continue
+    return names
+
+
+def numel_bytes(sizes: Any, dtypes: Any) -> int:
+    """The bytes of an entry's tensors, from their shapes and dtypes; ValueError when a
+    shape has too many dimensions or the size passes 64 bits.
+
+    The product stops as soon as it passes 64 bits, so the cost is the number of dimensions
+    (multiplying first cost minutes for shapes of thousands of dimensions of 2**62).
+    Dimensions that are not counts (negative, not integers) count as empty, as before.
+    """
+    if not isinstance(sizes, list | tuple):
         return 0
-    dtype_list = dtypes if isinstance(dtypes, list) else []
+    dtype_list = dtypes if isinstance(dtypes, list | tuple) else []
+    total = 0
     for index, shape in enumerate(sizes):
+        dims = shape if isinstance(shape, list | tuple) else []
+        if len(dims) > MAX_TENSOR_DIMS:
+            message = f"a tensor shape of {len(dims)} dimensions (at most {MAX_TENSOR_DIMS})"
+            raise ValueError(message)
         count = 1
-        for dim in shape if isinstance(shape, list) else []:
-            count *= int(dim) if isinstance(dim, int) and dim >= 0 else 0
-        dtype = str(dtype_list[index]).lower() if index < len(dtype_list) else "float"
-        total += count * DTYPE_BYTES.get(dtype, 4)
+        for dim in dims:
+            if not isinstance(dim, int) or dim < 0:
+                count = 0
+            elif dim > MAX_INT64:
+                message = "a tensor dimension beyond 64 bits"
+                raise ValueError(message)
+            else:
+                count *= dim
+            if count > MAX_INT64:
+                message = "a tensor size beyond 64 bits"
+                raise ValueError(message)
+        dtype = dtype_list[index] if index < len(dtype_list) else "float"
+        width = DTYPE_BYTES.get(dtype.lower(), 4) if isinstance(dtype, str) else 4
+        total += count * width
+        if total > MAX_INT64:
+            message = "a size beyond 64 bits"
+            raise ValueError(message)
     return total
 
 
@@ -147,16 +220,15 @@ def _tracks_starts(dump: Mapping[str, Any]) -> bool:
     )
 
 
-def _trusts_retired(dump: Mapping[str, Any], backend: str) -> bool:
-    """Whether ``retired`` means the operation completed.
+def _records_completion(dump: Mapping[str, Any]) -> bool:
+    """Whether the recorder recorded completions (states or completion times).
 
-    Native gloo retires an entry when its work finishes; NCCL records completion states and
-    times. c10d's FlightRecorderHook (every backend that does not record itself: nccl2, mpi,
-    ucc, plug-ins) retires an entry as soon as the call returns, before an isend or a
-    blocking send completes, and records no state: there ``retired`` says nothing.
+    Where it did, ``retired`` means the operation completed; so it does with native gloo,
+    which retires an entry when its work finishes. c10d's FlightRecorderHook (every backend
+    that does not record itself: nccl2, mpi, ucc, plug-ins) retires an entry as soon as the
+    call returns, before an isend or a blocking send completes, and records no state: there
+    ``retired`` says nothing.
     """
-    if backend == "gloo":
-        return True
     return any(
         isinstance(entry, Mapping)
         and (
@@ -174,13 +246,17 @@ def entries_of(
     me = rank_dump.rank
     status = rank_dump.dump.get("pg_status")
     starts = _tracks_starts(rank_dump.dump)
-    trusted: dict[str, bool] = {}
+    records_completion = _records_completion(rank_dump.dump)  # once: the scan is the dump's
+    member_of: dict[str, bool] = {}
     result: list[Entry] = []
     for index, entry in enumerate(rank_dump.dump["entries"]):
         where = f"{rank_dump.source} entry {index}"
         try:
-            name = str(entry["process_group"][0])
-            profiling = str(entry["profiling_name"])
+            name = scalar_text(entry["process_group"][0])
+            profiling = scalar_text(entry["profiling_name"])
+            if len(profiling) > MAX_PROFILING_CHARS:
+                message = f"a profiling name of {len(profiling)} characters"
+                raise ValueError(message)
             op, rest = op_name(profiling)
             created = entry["time_created_ns"]
             if isinstance(created, bool):  # int() takes it, and it is no time
@@ -190,6 +266,7 @@ def entries_of(
             p2p_seq = int(entry.get("p2p_seq_id") or 0)
             op_id = int(entry.get("op_id") or 0)
             order = int(entry.get("record_id", index))
+            thread = scalar_text(entry.get("thread_id", ""))
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
             skipped.append(f"{where}: malformed ({type(error).__name__}: {short_text(error)})")
             continue
@@ -208,7 +285,9 @@ def entries_of(
             )
             continue
         group = members.get(name, ())
-        if me not in group:
+        if name not in member_of:  # once per group: a scan per entry was quadratic
+            member_of[name] = me in group
+        if not member_of[name]:
             skipped.append(
                 f"{where}: rank {me} is not a member of process group {short_repr(name)}"
             )
@@ -221,22 +300,24 @@ def entries_of(
                 skipped.append(f"{where}: point-to-point peer unknown ({short_repr(rest)})")
                 continue
         end = _end_ns(entry, enter, status)
-        nbytes = _numel_bytes(entry.get("input_sizes"), entry.get("input_dtypes"))
-        if op == "recv" and nbytes == 0:
-            nbytes = _numel_bytes(entry.get("output_sizes"), entry.get("output_dtypes"))
-        if (end is not None and end > MAX_INT64) or nbytes > MAX_INT64:
-            skipped.append(f"{where}: completion time or size out of range")
+        try:
+            nbytes = numel_bytes(entry.get("input_sizes"), entry.get("input_dtypes"))
+            if op == "recv" and nbytes == 0:
+                nbytes = numel_bytes(entry.get("output_sizes"), entry.get("output_dtypes"))
+        except ValueError as error:
+            skipped.append(f"{where}: {error}")
             continue
-        if backend not in trusted:
-            trusted[backend] = _trusts_retired(rank_dump.dump, backend)
+        if end is not None and end > MAX_INT64:
+            skipped.append(f"{where}: completion time out of range")
+            continue
         retired = entry.get("retired") is True
-        if end is None and retired and trusted[backend]:
+        if end is None and retired and (backend == "gloo" or records_completion):
             end = enter  # finished; the dump does not say when
         result.append(
             Entry(
                 file=file,
                 order=order,
-                thread=str(entry.get("thread_id", "")),
+                thread=thread,
                 group=name,
                 op=op,
                 marker=marker,
@@ -278,7 +359,11 @@ def _end_ns(entry: Mapping[str, Any], enter: int, status: Any) -> int | None:
         return max(completed, enter)
     if entry.get("state") == "completed":
         return enter  # finished; the dump does not say when
-    pg_status = status.get(str(entry.get("pg_id"))) if isinstance(status, Mapping) else None
+    try:
+        pg_id = scalar_text(entry.get("pg_id"))
+    except TypeError:
+        return None
+    pg_status = status.get(pg_id) if isinstance(status, Mapping) else None
     if isinstance(pg_status, Mapping) and not entry.get("is_p2p"):
         last = pg_status.get("last_completed_collective")
         seq = entry.get("collective_seq_id", 0)
@@ -300,5 +385,16 @@ def _peer(op: str, rest: str, group: tuple[int, ...], me: int) -> int | None:
 
 
 def short_repr(value: Any, limit: int = 60) -> str:
-    text = repr(value)
+    """A value as Python writes it, cut to ``limit`` characters; a container only by its type
+    and length (writing one out could be huge, or recurse)."""
+    if isinstance(value, str):
+        text = repr(value[:limit])
+    elif value is None or isinstance(value, bool | int | float):
+        text = (
+            repr(value) if not isinstance(value, int) or abs(value) <= MAX_INT64 else "a huge int"
+        )
+    elif isinstance(value, Sized):
+        text = f"<{type(value).__name__} of {len(value)}>"
+    else:
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -12,17 +12,25 @@ NCCL does not know the job's global rank: it is taken as the rank in the communi
 exact for the job-wide communicator.
 
 `InspectorSource` tails a dump folder: it reads what was appended to each file since the
-last round (a partial object at the end waits for the next round).
+last round (a partial object at the end waits for the next round), at most
+`MAX_ROUND_BYTES` a round. Every read is bounded (`producers.bounded_read`): a record nested
+deeper than a few levels, longer than a MiB, or a binary file is skipped with one line.
 """
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from producers.bounded_read import (
+    JsonObjectFile,
+    ProblemLines,
+    numbered,
+    short_reason,
+    split_json,
+)
 from producers.sources import Reading
 from schemas.base import MAX_ID_CHARS, MAX_ITEMS
 from schemas.messages import Collective, OpName, Ops
@@ -37,7 +45,8 @@ _COLL: dict[str, OpName] = {
     "reduce": "reduce",
     "alltoall": "alltoall",
 }  # point-to-point records name no peer: they cannot go to a pair's communicator
-_DECODER = json.JSONDecoder()
+# What the agent reads of one file per round; the rest waits for the next rounds.
+MAX_ROUND_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +71,7 @@ def parse_record(record: Any) -> InspectorOp:
         op = _COLL.get(coll)
         if op is None:
             message = f"collective {perf['coll']!r} is not a v1 operation"
-            raise ValueError(_short(message))
+            raise ValueError(short_reason(message))
         exec_ns = int(float(perf["coll_exec_time_us"]) * NS_PER_US)
         trace = perf.get("event_trace_ts")
         if isinstance(trace, dict) and "coll_start_ts" in trace:
@@ -83,11 +92,11 @@ def parse_record(record: Any) -> InspectorOp:
             end_ns=max(end, enter),
         )
     except (KeyError, TypeError, AttributeError, OverflowError) as error:
-        message = f"missing or wrong field ({type(error).__name__}: {_short(error)})"
+        message = f"missing or wrong field ({type(error).__name__}: {short_reason(error)})"
         raise ValueError(message) from None
     if result.comm_size < 1 or not 0 <= result.rank < result.comm_size or result.seq < 0:
         message = f"rank {result.rank} of {result.comm_size}, coll_sn {result.seq}"
-        raise ValueError(_short(message))
+        raise ValueError(short_reason(message))
     if result.nbytes < 0 or result.enter_ns < 0:
         message = "negative size or time"
         raise ValueError(message)
@@ -100,35 +109,30 @@ def parse_record(record: Any) -> InspectorOp:
     return result
 
 
-def _short(error: Exception | str, limit: int = 120) -> str:
-    text = " ".join(str(error).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def split_objects(text: str) -> tuple[list[Any], int, list[str]]:
+def split_objects(text: str, final: bool = False) -> tuple[list[Any], int, list[str]]:
     """The complete JSON objects at the start of ``text``, the characters they used, errors.
 
-    A syntax error skips to the next line; an object cut off at the end is left unread.
+    A syntax error, or an object nested too deep or too long, skips to the next line; unless
+    ``final``, an object cut off at the end is left unread (`producers.bounded_read`).
     """
-    objects: list[Any] = []
-    errors: list[str] = []
-    pos = 0
-    while True:
-        while pos < len(text) and text[pos] in " \t\r\n":
-            pos += 1
-        if pos >= len(text):
-            return objects, pos, errors
+    objects, used, errors = split_json(text, final)
+    return objects, used, numbered(text, errors)
+
+
+def read_records(
+    stream: JsonObjectFile, final: bool = False
+) -> tuple[list[InspectorOp], list[str], list[str]]:
+    """The operations of the records appended to a file since the last read, what could not
+    be read as JSON and the records skipped, one line each (`MAX_PROBLEM_LINES` at most)."""
+    objects, unreadable = stream.read(final=final, max_bytes=None if final else MAX_ROUND_BYTES)
+    skipped = ProblemLines()
+    ops: list[InspectorOp] = []
+    for obj in objects:
         try:
-            obj, end = _DECODER.raw_decode(text, pos)
-        except json.JSONDecodeError as error:
-            newline = text.find("\n", pos)
-            if newline < 0 or error.pos >= len(text) - 1:
-                return objects, pos, errors  # probably cut off: wait for the rest
-            errors.append(f"offset {pos}: invalid JSON ({error.msg})")
-            pos = newline + 1
-            continue
-        objects.append(obj)
-        pos = end
+            ops.append(parse_record(obj))
+        except ValueError as error:
+            skipped.add(f"{stream.path}: record skipped: {error}")
+    return ops, unreadable, skipped.done(str(stream.path))
 
 
 def to_messages(
@@ -173,8 +177,7 @@ class InspectorSource:
         self.name = "nccl-inspector"
         self.interval_s = interval_s
         self.folder, self.job, self.node = folder, job, node
-        self._offsets: dict[Path, int] = {}
-        self._partial: dict[Path, str] = {}
+        self._files: dict[Path, JsonObjectFile] = {}
         self._heartbeat_for: dict[tuple[str, int, int], None] = {}
 
     def read(self, now_ns: int) -> Reading:
@@ -182,18 +185,13 @@ class InspectorSource:
         reading = Reading()
         ops: list[InspectorOp] = []
         paths = sorted(self.folder.rglob("*")) if self.folder.is_dir() else []
-        for path in paths:
-            if not path.is_file():
-                continue
-            text = self._new_text(path, reading.problems)
-            objects, used, errors = split_objects(text)
-            self._partial[path] = text[used:]
-            reading.problems.extend(f"{path}: {error}" for error in errors)
-            for obj in objects:
-                try:
-                    ops.append(parse_record(obj))
-                except ValueError as error:
-                    reading.problems.append(f"{path}: record skipped: {error}")
+        files = [path for path in paths if path.is_file()]
+        # A file that went away is forgotten; one that comes back is read from its start.
+        self._files = {path: self._files.get(path) or JsonObjectFile(path) for path in files}
+        for stream in self._files.values():
+            file_ops, unreadable, skipped = read_records(stream)
+            ops.extend(file_ops)
+            reading.problems.extend(unreadable + skipped)
         messages = to_messages(ops, self.job, now_ns, self.node)
         busy = {(m.comm, m.comm_size, m.rank) for m in messages}
         for key in busy:
@@ -203,21 +201,6 @@ class InspectorSource:
                 messages.append(to_heartbeat(self.job, comm, size, rank, now_ns, self.node))
         reading.messages.extend(messages)
         return reading
-
-    def _new_text(self, path: Path, problems: list[str]) -> str:
-        offset = self._offsets.get(path, 0)
-        try:
-            size = path.stat().st_size
-            if size < offset:  # truncated or replaced: read it again from the start
-                offset, self._partial[path] = 0, ""
-            with path.open("rb") as stream:
-                stream.seek(offset)
-                data = stream.read()
-        except OSError as error:
-            problems.append(f"{path}: cannot read ({error.strerror or error})")
-            return self._partial.get(path, "")
-        self._offsets[path] = offset + len(data)
-        return self._partial.get(path, "") + data.decode("utf-8", errors="replace")
 
     def close(self) -> None:
         """Nothing is held open between rounds."""
