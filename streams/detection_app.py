@@ -204,6 +204,9 @@ class DetectionFlow:
         self._lag_at = 0.0  # when consumer lag was last recorded (monotonic)
         self.topics = topics = WorkerTopics.of(config)
         self.lag = InputLag(topics.partition)
+        # The job topic's partitions owned elsewhere whose placements the facts lacked at
+        # the timer's last measurement (asked of the broker: only there); None before one.
+        self._placements_elsewhere: set[int] | None = None
         self.app = _app(config, topics, self.feed, metrics)
         tables = StateTables.create(self.app, config.partitions)
         self.facts = TableFacts(tables.shared)
@@ -278,6 +281,8 @@ class DetectionFlow:
                 self.topics.kind_of_topic.get(event.message.tp.topic, ""),
                 int(getattr(message, "ts_ns", 0)),
             )
+        if self.lag.stale:
+            self.remeasure()
         found = self.durable.on_message(message)
         self.facts.learn(message, self.durable.engine)
         await self.publish(found)
@@ -291,12 +296,30 @@ class DetectionFlow:
         async for value in stream:
             await self.publish(self._fabric.on_report(value))
 
+    def remeasure(self) -> None:
+        """Between ticks, when records came past what the last measurement answers for:
+        which of this worker's partitions are behind now (the high watermarks its fetches
+        brought), before those records are judged. What was cleared to go on is asked anew.
+        Not before the timer measured once: until then everything counts as behind."""
+        elsewhere = self._placements_elsewhere
+        if elsewhere is None:
+            return
+        measured = own_progress(self.app.consumer, self.lag, self.topics.kind_of_topic, self.facts)
+        if measured is None:
+            return
+        behind, collective_parts = measured
+        behind["job"] |= elsewhere
+        self.lag.update(behind, collective_parts)
+        self.durable.engine.alignment.refresh()
+
     async def tick(self) -> None:
         """The timer: progress, the detectors' timers, changed slow paths, consumer lag."""
         topics = self.topics
-        await _measure_progress(
+        elsewhere = await _measure_progress(
             self.app, self.lag, topics.kind_of_topic, self.facts, topics.partitions
         )
+        if elsewhere is not None:
+            self._placements_elsewhere = elsewhere
         found = self.durable.on_timer()
         await self.publish(found)
         self.export_findings()  # also what a takeover restored, a revocation dropped
@@ -321,6 +344,7 @@ class DetectionFlow:
         revoked = args[0] if args else kwargs.get("revoked", set())
         topics, durable = self.topics, self.durable
         self.lag.reset()
+        self._placements_elsewhere = None  # of the old assignment: the timer asks anew
         gone = topics.revoked_of(revoked, "collective")
         gone_nodes = topics.revoked_of(revoked, "link")
         durable.on_revoked("job", [j for j in durable.held("job") if topics.partition(j) in gone])
@@ -422,16 +446,37 @@ async def _measure_progress(
     kind_of_topic: Mapping[str, str],
     facts: TableFacts,
     partitions: int,
-) -> None:
+) -> set[int] | None:
     """Which input partitions hold records not processed yet (see `InputLag`).
 
     This worker's own partitions, and the job topic's others: their placements reach this
-    worker through the shared facts, complete up to the offset their owner wrote there.
+    worker through the shared facts, complete up to the offset their owner wrote there. The
+    job topic's partitions found behind elsewhere; None before an assignment.
     """
-    consumer = app.consumer
+    measured = own_progress(app.consumer, lag, kind_of_topic, facts)
+    if measured is None:
+        return None  # not assigned yet (or nothing to read): unknown, not caught up
+    behind, collective_parts = measured
+    elsewhere: set[int] = set()
+    job_topic = next((topic for topic, kind in kind_of_topic.items() if kind == "job"), None)
+    if job_topic is not None:
+        mine = {tp.partition for tp in app.consumer.assignment() if tp.topic == job_topic}
+        others = [faust.types.TP(job_topic, p) for p in range(partitions) if p not in mine]
+        elsewhere = await _placements_behind(app.consumer, facts, others)
+        behind["job"] |= elsewhere
+    lag.update(behind, collective_parts)
+    return elsewhere
+
+
+def own_progress(
+    consumer: Any, lag: InputLag, kind_of_topic: Mapping[str, str], facts: TableFacts
+) -> tuple[dict[str, set[int]], set[int]] | None:
+    """This worker's own input partitions that hold records not processed yet, by input
+    kind (the high watermarks as its last fetches said: nothing asked of the broker), and
+    the collective topic's partitions it reads; None before an assignment."""
     assigned = [tp for tp in consumer.assignment() if tp.topic in kind_of_topic]
     if not assigned:
-        return  # not assigned yet (or nothing to read): unknown, not caught up
+        return None
     committed = getattr(consumer, "_committed_offset", {})
     behind: dict[str, set[int]] = {kind: set() for kind in kind_of_topic.values()}
     for tp in assigned:
@@ -446,13 +491,8 @@ async def _measure_progress(
             facts.learn_placed_through(tp.partition, done)
         if highwater is None or done < highwater:
             behind[kind].add(tp.partition)
-    job_topic = next((topic for topic, kind in kind_of_topic.items() if kind == "job"), None)
-    if job_topic is not None:
-        mine = {tp.partition for tp in assigned if tp.topic == job_topic}
-        others = [faust.types.TP(job_topic, p) for p in range(partitions) if p not in mine]
-        behind["job"] |= await _placements_behind(consumer, facts, others)
     collective_topic = next((t for t, kind in kind_of_topic.items() if kind == "collective"), None)
-    lag.update(behind, {tp.partition for tp in assigned if tp.topic == collective_topic})
+    return behind, {tp.partition for tp in assigned if tp.topic == collective_topic}
 
 
 async def _placements_behind(consumer: Any, facts: TableFacts, others: list[Any]) -> set[int]:

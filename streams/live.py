@@ -48,6 +48,16 @@ class InputLag:
     it, as Kafka Streams' ``max.task.idle.ms`` waits for an empty partition before it
     processes the others ahead of it. A partition that stays empty (no job on it, a job
     that ended) costs that wait once, not at every finding.
+
+    A measurement tells which partitions were behind when it was taken, so it answers only
+    for the records processed by then. A burst that arrives after it (a backlog published
+    while the worker waits, one partition far behind the others) is read in chunks that keep
+    the worker busy, the timer's next measurement waiting: judged on the old one, a job's
+    collectives read before the link reports of the same burst found every link partition
+    caught up, and a stalled communicator was blamed on the wrong ports. So once an input
+    partition's records run more than ``remeasure_ns`` of event time past what the last
+    measurement covered (or a partition that held nothing then holds records), the
+    measurement is ``stale``: the worker measures again before it goes on.
     """
 
     def __init__(
@@ -56,6 +66,7 @@ class InputLag:
         *,
         lag_slack_ns: int = 5 * NS_PER_S,
         idle_s: float = 15.0,
+        remeasure_ns: int = NS_PER_S,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._partition_of = partition_of
@@ -63,10 +74,15 @@ class InputLag:
         self.processed: dict[Any, int] = {}  # topic partition -> next offset to process
         self.lag_slack_ns = lag_slack_ns
         self.idle_s = idle_s
+        self.remeasure_ns = remeasure_ns
         self._monotonic = monotonic
         self._collective_parts: frozenset[int] = frozenset()  # read here, as last measured
         self._stream_ns: dict[int, int] = {}  # collective partition -> latest event time
         self._latest_ns = 0
+        # (input kind, partition) -> its latest event time: now, and at the last measurement.
+        self._partition_ns: dict[tuple[str, int], int] = {}
+        self._measured_ns: dict[tuple[str, int], int] = {}
+        self.stale = True  # nothing measured yet
         # Since when a conclusion waits on these lagging collective partitions (wall time).
         self._idle_wait: tuple[frozenset[int], float] | None = None
 
@@ -75,25 +91,36 @@ class InputLag:
         processed."""
         if offset >= self.processed.get(tp, 0):
             self.processed[tp] = offset + 1
-        if kind == "collective" and ts_ns > 0:
-            partition = int(getattr(tp, "partition", 0))
-            if ts_ns > self._stream_ns.get(partition, 0):
-                self._stream_ns[partition] = ts_ns
-        if kind in ("collective", "link", "gpu") and ts_ns > self._latest_ns:
+        if kind not in ("collective", "link", "gpu") or ts_ns <= 0:
+            return
+        partition = int(getattr(tp, "partition", 0))
+        if kind == "collective" and ts_ns > self._stream_ns.get(partition, 0):
+            self._stream_ns[partition] = ts_ns
+        if ts_ns > self._latest_ns:
             self._latest_ns = ts_ns
+        where = (kind, partition)
+        if ts_ns > self._partition_ns.get(where, 0):
+            self._partition_ns[where] = ts_ns
+            measured = self._measured_ns.get(where)
+            if measured is None or ts_ns > measured + self.remeasure_ns:
+                self.stale = True  # past what the last measurement answers for
 
     def update(
         self, behind: Mapping[str, set[int]], collective_parts: set[int] | None = None
     ) -> None:
-        """The partitions (by input kind) found behind now; the collective topic's read here."""
+        """The partitions (by input kind) found behind now; the collective topic's read here.
+        Answers for every record processed so far (no longer ``stale``)."""
         self._behind = {kind: frozenset(parts) for kind, parts in behind.items()}
         if collective_parts is not None:
             self._collective_parts = frozenset(collective_parts)
+        self._measured_ns = dict(self._partition_ns)
+        self.stale = False
 
     def reset(self) -> None:
         """Partitions moved (a rebalance): unknown again until measured."""
         self._behind = None
         self._idle_wait = None
+        self.stale = True
 
     def _pending(self, kind: str) -> frozenset[int] | None:
         return None if self._behind is None else self._behind.get(kind, frozenset())

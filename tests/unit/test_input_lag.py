@@ -78,3 +78,27 @@ def test_an_empty_collective_partition_costs_one_wait_not_one_per_finding() -> N
     lag.reset()  # a rebalance: measured afresh, waited on afresh
     caught_up(lag, {0, 1})
     assert lag.placements_pending()
+
+
+def test_a_measurement_answers_only_for_what_was_processed_when_it_was_taken() -> None:
+    lag = InputLag(lambda key: 0, remeasure_ns=NS_PER_S)
+    assert lag.stale  # nothing measured yet
+    lag.record(TP("c", 0), 0, "collective", 30 * NS_PER_S)
+    caught_up(lag, {0, 1})
+    assert not lag.stale
+    # Within a second of event time past what it covered: it still answers.
+    lag.record(TP("c", 0), 1, "collective", 30 * NS_PER_S + NS_PER_S // 2)
+    lag.record(TP("c", 0), 2, "collective", 31 * NS_PER_S)
+    assert not lag.stale
+    # Records past that, or on a partition that held nothing then (a burst), make it stale.
+    lag.record(TP("c", 0), 3, "collective", 31 * NS_PER_S + 1)
+    assert lag.stale
+    caught_up(lag, {0, 1})
+    lag.record(TP("l", 2), 0, "link", 5 * NS_PER_S)  # far behind the others, yet new here
+    assert lag.stale
+    caught_up(lag, {0, 1})
+    lag.record(TP("j", 2), 0, "job", 99 * NS_PER_S)  # a fact, not data: no event time
+    lag.record(TP("c", 0), 4, "collective", 20 * NS_PER_S)  # older than what was covered
+    assert not lag.stale
+    lag.reset()  # a rebalance
+    assert lag.stale
