@@ -45,6 +45,8 @@ worker = create_detection_app(
     )
 )
 app = worker.app
+if os.environ.get("C4_TEST_METRICS_PORT"):
+    worker.metrics.serve(int(os.environ["C4_TEST_METRICS_PORT"]), "127.0.0.1")
 
 if __name__ == "__main__":
     app.main()

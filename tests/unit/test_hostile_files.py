@@ -12,6 +12,7 @@ refused before they connect to anything.
 from __future__ import annotations
 
 import resource
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -45,6 +46,9 @@ COMMANDS = [
     ["streams", "worker", "--params", "{hostile}"],
     ["actions", "worker", "--config", "{hostile}"],
     ["demo", "--scenario", "{hostile}", "--no-dashboard"],
+    # A folder holding only the hostile file (/dev/zero linked in: a device never ends).
+    ["convert", "nccl-inspector", "{folder}", "--job", "j"],
+    ["convert", "flight-recorder", "{folder}", "--job", "j"],
 ]
 KINDS = ["deep", "huge-line", "dev-zero", "binary", "nan"]
 
@@ -82,7 +86,16 @@ def test_a_hostile_file_gives_a_non_zero_exit_and_one_error_line(
     workdir: Path, command: list[str], kind: str
 ) -> None:
     hostile = "/dev/zero" if kind == "dev-zero" else str(workdir / kind)
-    argv = [part.replace("{hostile}", hostile) for part in command]
+    folder = workdir / f"folder-{kind}"
+    if not folder.exists():
+        folder.mkdir()
+        if kind == "dev-zero":
+            (folder / "dump0").symlink_to(hostile)
+        else:
+            shutil.copyfile(hostile, folder / "dump0")  # a dump's name: ends with its rank
+    argv = [
+        part.replace("{hostile}", hostile).replace("{folder}", str(folder)) for part in command
+    ]
     env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), **NOWHERE}
     result = subprocess.run(  # noqa: S603 - our own CLI, argv from the table above
         [sys.executable, "-m", "c4.cli", *argv],
@@ -107,4 +120,6 @@ def test_a_hostile_file_gives_a_non_zero_exit_and_one_error_line(
     else:
         assert last.startswith(("c4: error: ", f"c4 {command[0]}: error: ")), err
         name = "/dev/zero" if kind == "dev-zero" else kind
+        if command[0] == "convert":
+            name = f"folder-{kind}"  # the folder, its file named on the lines before
         assert name in last, err
