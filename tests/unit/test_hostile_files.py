@@ -93,9 +93,7 @@ def test_a_hostile_file_gives_a_non_zero_exit_and_one_error_line(
             (folder / "dump0").symlink_to(hostile)
         else:
             shutil.copyfile(hostile, folder / "dump0")  # a dump's name: ends with its rank
-    argv = [
-        part.replace("{hostile}", hostile).replace("{folder}", str(folder)) for part in command
-    ]
+    argv = [part.replace("{hostile}", hostile).replace("{folder}", str(folder)) for part in command]
     env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), **NOWHERE}
     result = subprocess.run(  # noqa: S603 - our own CLI, argv from the table above
         [sys.executable, "-m", "c4.cli", *argv],
