@@ -51,7 +51,8 @@ def check_kafka(settings: Settings, timeout_s: float = 20.0) -> list[str]:
         if not missing
         else f"{MISSING_TOPICS}{', '.join(missing)} (run: c4 topics create)"
     )
-    scratch = f"_c4.doctor.{uuid.uuid4().hex[:8]}"
+    # Under the deployment's prefix: a shared broker's ACLs may allow it only its own names.
+    scratch = f"{settings.topic_prefix}_c4.doctor.{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(scratch, num_partitions=1, replication_factor=1)])[
         scratch
     ].result(timeout_s)
