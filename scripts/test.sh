@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: venv + install, the real local stack, then ruff, mypy --strict, pytest.
+# The test command: venv + install, the real local stack, then ruff (lint and format), mypy
+# --strict, pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -8,6 +9,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 c4 stack up
 c4 topics create
 ruff check .
+ruff format --check .
 mypy
 c4 schemas check
 # The dashboard's browser test drives Debian's headless Chromium.

@@ -282,8 +282,10 @@ def test_alertmanager_down_retries_dead_letters_goes_on_and_resends_once_back(
             [back] = wait_for(lambda: alertmanager.alerts(lost), what="the resent alert")
             first_end = back["endsAt"]
             wait_for(
-                lambda: alertmanager.alerts(later) and alertmanager.alerts(lost)[0]["endsAt"]
-                > first_end,
+                lambda: (
+                    alertmanager.alerts(later)
+                    and alertmanager.alerts(lost)[0]["endsAt"] > first_end
+                ),
                 what="a later resend moving endsAt on",
             )
     finally:

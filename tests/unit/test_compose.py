@@ -97,8 +97,9 @@ def test_the_monitoring_stack_scrapes_the_workers_with_c4s_rules_and_dashboard()
         assert targets[job] == [f"{service}:{port}"]
         assert command[command.index("--metrics-address") + 1] == "0.0.0.0"  # noqa: S104
     assert scrape["rule_files"] == ["/etc/prometheus/rules/c4-rules.yml"]
-    assert "./deploy/prometheus/c4-rules.yml:/etc/prometheus/rules/c4-rules.yml:ro" in (
-        found["prometheus"]["volumes"]
+    assert (
+        "./deploy/prometheus/c4-rules.yml:/etc/prometheus/rules/c4-rules.yml:ro"
+        in (found["prometheus"]["volumes"])
     )
     assert scrape["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == [
         "alertmanager:9093"

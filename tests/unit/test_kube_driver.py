@@ -208,7 +208,13 @@ def test_a_rank_in_a_pod_reports_its_node_and_pod_from_the_downward_api() -> Non
     outside = resolve_identity({"C4_JOB": "llm", "SLURMD_NODENAME": "n1"}, "n1")
     assert outside.pod is None and outside.node == "n1"
     member = Member(
-        v=1, kind="member", job="llm", ts_ns=1, rank=3, world_size=8, node="gpu-node-7",
+        v=1,
+        kind="member",
+        job="llm",
+        ts_ns=1,
+        rank=3,
+        world_size=8,
+        node="gpu-node-7",
         pod="train/llm-worker-3",
     )
     assert member.place().pod == "train/llm-worker-3"
