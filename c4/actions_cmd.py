@@ -21,8 +21,8 @@ from actions.worker import (
     worker_id,
 )
 from c4 import C4Error
+from c4.cluster_state import open_state
 from c4.security import KafkaAccessError, check_kafka_access, install_secret_redaction, redacted
-from c4.state_cmd import open_state
 from c4.stopping import stop_on_signals
 
 if TYPE_CHECKING:

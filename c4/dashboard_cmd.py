@@ -20,9 +20,9 @@ class DashboardStartError(C4Error):
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here: aiohttp is only this command's (and the demo's).
+    from c4.cluster_state import open_state
     from c4.dashboard.feed import Feed
     from c4.dashboard.server import DashboardError, DashboardServer, Source
-    from c4.state_cmd import open_state
 
     state = open_state(settings)
     try:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from actions.planner import plan, plan_json
 from c4.inputs import load_document
-from c4.topology_cmd import write_output
+from c4.outputs import write_output
 from schemas.files import Flows, Topology
 from topology import TopologyError
 from topology.ecmp import HASH_MODELS, hash_model

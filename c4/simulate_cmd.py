@@ -12,42 +12,20 @@ from typing import IO, TYPE_CHECKING
 
 import orjson
 
-from c4 import C4Error
-from c4.inputs import load_document, read_input
+from c4.inputs import load_document
+from c4.scenarios import SimulateError, load_scenario, place
 from producers.batching import pack_stream
 from schemas.base import C4Model
 from schemas.codec import encode
 from schemas.files import Topology
-from simulator import Scenario, ScenarioError, ground_truth, parse_scenario
-from simulator.cluster import Cluster, build_cluster
+from simulator import Scenario, ground_truth
+from simulator.cluster import Cluster
 from simulator.run import simulate_cluster
 
 if TYPE_CHECKING:
     from c4.settings import Settings
 
 BATCH = 4096  # lines per write: fewer system calls, bounded memory
-
-
-class SimulateError(C4Error):
-    """The scenario or topology of `c4 simulate` is unusable."""
-
-
-def load_scenario(path: str, seed: int | None) -> Scenario:
-    """The scenario file (``--seed`` replacing its seed), or a one-line error."""
-    try:
-        scenario = parse_scenario(read_input(path), path)
-    except ScenarioError as error:
-        raise SimulateError(str(error)) from error
-    return scenario if seed is None else scenario.model_copy(update={"seed": seed})
-
-
-def place(topology: Topology | None, scenario: Scenario, source: str) -> Cluster:
-    """The scenario's jobs on the topology (or a generated one), or a one-line error."""
-    try:
-        return build_cluster(topology, scenario)
-    except ScenarioError as error:
-        message = f"{source}: {error}"
-        raise SimulateError(message) from error
 
 
 def run_messages(cluster: Cluster, scenario: Scenario, pack: bool) -> Iterator[C4Model]:

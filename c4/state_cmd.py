@@ -22,6 +22,7 @@ from actions.slurm import Answer, CommandRunner, Slurm, SlurmError
 from actions.state.store import RedisState
 from actions.transport import Outbox
 from c4 import C4Error
+from c4.cluster_state import open_state
 from c4.inputs import load_document
 from schemas.base import C4Model
 from schemas.files import Topology
@@ -33,12 +34,6 @@ if TYPE_CHECKING:
 
 class StateCommandError(C4Error):
     """The cluster state refused a request or could not be reached."""
-
-
-def open_state(settings: Settings) -> RedisState:
-    """The cluster state of the configured Redis and key prefix."""
-    password = settings.redis_password.get_secret_value() if settings.redis_password else None
-    return RedisState.connect(settings.redis_url, password, settings.redis_key_prefix)
 
 
 def _actor() -> str:

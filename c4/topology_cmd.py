@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from c4 import C4Error
 from c4.inputs import load_document
+from c4.outputs import write_output
 from schemas.codec import encode
 from schemas.files import Topology
 from topology.generate import DEFAULT_NODES_PER_LEAF, Shape, ShapeError, generate
@@ -47,21 +48,6 @@ def _slurm_conf(args: argparse.Namespace, settings: Settings) -> int:
         print(f"c4: error: {error}", file=sys.stderr)
         return 2
     return write_output(args.out, render_topology_conf(topology).encode())
-
-
-def write_output(target: str, data: bytes) -> int:
-    """Write to a file, or stdout for ``-``; an unwritable file is a one-line error, exit 2."""
-    if target == "-":
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-        return 0
-    try:
-        with open(target, "wb") as out:
-            out.write(data)
-    except OSError as error:
-        print(f"c4: error: {error.strerror or error}: {target}", file=sys.stderr)
-        return 2
-    return 0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

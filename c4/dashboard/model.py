@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actions.planner.reroute import job_flows
-from c4.demo.timeline import note
+from c4.action_notes import note
 from schemas.files import Topology
 from schemas.messages import Action, Diagnosis, Job, Route
 from topology.model import Fabric

@@ -47,10 +47,10 @@ from c4.demo.receivers import Receivers
 from c4.demo.report import WallClock, write_report
 from c4.demo.timeline import Timeline, build_timeline, format_rows, table, verdict
 from c4.demo.workers import start_workers
+from c4.scenarios import place
 from c4.settings import Settings
-from c4.simulate_cmd import place
 from c4.stack import stack_down
-from c4.topics_cmd import create_topics
+from c4.topics import create_topics
 from schemas.codec import encode
 from schemas.files import Topology
 from simulator import Scenario, ScenarioError, ground_truth

@@ -60,7 +60,7 @@ from c4.stack import (
     stack_down,
 )
 from c4.stack.slurm import node_names, run_dir
-from c4.topics_cmd import create_topics
+from c4.topics import create_topics
 from schemas.codec import encode
 from topology.generate import Shape, generate
 

@@ -25,7 +25,7 @@ from actions.state.store import RedisState
 from c4.dashboard.feed import Feed
 from c4.demo.processes import free_port
 from c4.settings import Settings
-from c4.topics_cmd import create_topics
+from c4.topics import create_topics
 from schemas.topics import TopicNames
 from tests.integration.live_runs import publish
 from tests.integration.workers import REPO, delete_names_holding, names_holding

@@ -27,7 +27,7 @@ from c4.stack import (
     stack_status,
     stack_up,
 )
-from c4.topics_cmd import create_topics
+from c4.topics import create_topics
 from schemas.topics import ALL_TOPICS
 
 pytestmark = pytest.mark.integration

@@ -56,3 +56,27 @@ def test_no_layer_imports_a_layer_above_it(layer: str) -> None:
     for path in sorted((REPO / layer).rglob("*.py")):
         above = (imported_roots(path) & PROJECT) - LAYERS[layer] - {layer}
         assert not above, f"{path.relative_to(REPO)} imports {sorted(above)}"
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def test_inside_c4_no_module_imports_a_command_and_the_dashboard_nothing_of_the_demo() -> None:
+    """A ``*_cmd`` module is a command's entry (only c4.cli imports it): what commands share
+    lives in a module of its own. The demo embeds the dashboard, never the other way."""
+    for path in sorted((REPO / "c4").rglob("*.py")):
+        here = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        for module in imported_modules(path):
+            if not module.startswith("c4.") or here == "c4.cli":
+                continue
+            assert not module.endswith("_cmd"), f"{here} imports the command {module}"
+            if here.startswith("c4.dashboard"):
+                assert not module.startswith("c4.demo"), f"{here} imports {module}"
