@@ -76,6 +76,7 @@ def test_cli_status_lists_etcd_and_apiserver_running(
     monkeypatch.setenv("C4_STACK_ETCD_PORT", str(kube_stack.stack_etcd_port))
     # No Kafka or Redis of this stack folder: status says so with LSB's "not running" (3).
     monkeypatch.setenv("C4_STACK_KAFKA_PORT", str(free_port()))
+    monkeypatch.setenv("C4_STACK_CONTROLLER_PORT", str(free_port()))
     monkeypatch.setenv("C4_STACK_REDIS_PORT", str(free_port()))
     assert main(["stack", "status", "--json"]) == 3
     statuses = {

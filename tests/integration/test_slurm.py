@@ -16,7 +16,14 @@ import pytest
 
 from actions.slurm import Answer, CommandRunner, JobInfo, Slurm, drain_reason
 from c4.settings import Settings
-from c4.stack.slurm import munge_dir, slurm_conf_path, slurm_env, slurm_status, slurm_up
+from c4.stack.slurm import (
+    munge_dir,
+    slurm_conf_path,
+    slurm_down,
+    slurm_env,
+    slurm_status,
+    slurm_up,
+)
 
 
 @pytest.fixture(scope="module")
@@ -169,11 +176,16 @@ def test_stack_status_lists_the_slurm_cluster_and_down_stops_it(tmp_path: Path) 
     own = Settings(stack_dir=tmp_path / "stack", stack_slurm_port=17917, stack_slurm_nodes=2)
     slurm_up(own)
     c4 = [sys.executable, "-m", "c4.cli", "stack"]
-    status = subprocess.run(
-        [*c4, "status"], capture_output=True, text=True, env=env, timeout=60, check=True
-    )
-    rows = {line.split()[0]: line.split()[1] for line in status.stdout.splitlines()}
-    assert rows["slurmctld"] == rows["slurmd-node-001"] == rows["munged"] == "running"
+    try:
+        status = subprocess.run(
+            [*c4, "status"], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert status.returncode == 3, status.stderr  # no Kafka or Redis here: "not running"
+        rows = {line.split()[0]: line.split()[1] for line in status.stdout.splitlines()}
+        assert rows["slurmctld"] == rows["slurmd-node-001"] == rows["munged"] == "running"
+    except BaseException:
+        slurm_down(own)  # a failure here must not leave a cluster on the test's ports
+        raise
     down = subprocess.run(
         [*c4, "down"], capture_output=True, text=True, env=env, timeout=120, check=True
     )

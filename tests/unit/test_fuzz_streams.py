@@ -156,6 +156,9 @@ class Record:
     def key(self) -> bytes:
         return self.raw_key
 
+    def partition(self) -> int:
+        return 0  # one partition: this worker owns every alert it sends
+
 
 class Transport:
     """The worker's Kafka side: hands out the records, then stops the worker."""
