@@ -21,6 +21,7 @@ from schemas.base import C4Model
 from schemas.codec import decode, encode, key_of
 from schemas.messages import Diagnosis
 from streams.detection_app import partition_of
+from tests.backlog_scenario import SCENARIO
 from tests.integration.live_runs import (
     DiagnosisReader,
     SimulatedRun,
@@ -31,24 +32,6 @@ from tests.integration.live_runs import (
 from tests.integration.workers import REPO, FaustWorker
 
 PARTITIONS = 4
-SCENARIO: dict[str, Any] = {
-    "seed": 11,
-    "duration_s": 30,
-    "jobs": [{"id": f"job-{c}", "ranks": 16, "compute_ms": 120} for c in "abcd"],
-    "faults": [
-        {"type": "gpu_stop", "job": "job-a", "rank": 3, "at_s": 12},
-        {"type": "link_down", "node": "node-003", "port": "mlx5_1:1", "at_s": 14},
-        {"type": "slow_gpu", "job": "job-c", "rank": 5, "factor": 1.3, "at_s": 6},
-        {
-            "type": "port_degraded",
-            "node": "node-005",
-            "port": "mlx5_2:1",
-            "factor": 0.4,
-            "at_s": 10,
-        },
-        {"type": "node_down", "node": "node-007", "at_s": 16},
-    ],
-}
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import ast
 
 import pytest
 
-from tests.unit.test_layering import REPO, TRANSPORTS, imported_roots
+from tests.unit.test_layering import REPO, TRANSPORTS, imported_roots, modules_imported_by
 
 PURE = [
     "outcome",
@@ -31,14 +31,7 @@ STATE_INTERFACE = {"actions.state", "actions.state.model", "actions.state.protoc
 
 
 def imported_modules(module: str) -> set[str]:
-    tree = ast.parse((REPO / "actions" / f"{module}.py").read_text(encoding="utf-8"))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-    return found
+    return modules_imported_by(REPO / "actions" / f"{module}.py")
 
 
 @pytest.mark.parametrize("module", PURE)

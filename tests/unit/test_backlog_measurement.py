@@ -29,29 +29,11 @@ from simulator.run import simulate_cluster
 from streams.core.engine import Engine
 from streams.detection_app import own_progress, partition_of
 from streams.live import InputLag, LiveDetection
+from tests.backlog_scenario import SCENARIO
 
 PARTITIONS = 4
 KINDS = ("collective", "link", "gpu", "job")
 LAGGING = partition_of("job-b", PARTITIONS)  # also node-003's link and GPU partition
-# The scenario of tests/integration/test_live_backlog.py.
-SCENARIO = {
-    "seed": 11,
-    "duration_s": 30,
-    "jobs": [{"id": f"job-{c}", "ranks": 16, "compute_ms": 120} for c in "abcd"],
-    "faults": [
-        {"type": "gpu_stop", "job": "job-a", "rank": 3, "at_s": 12},
-        {"type": "link_down", "node": "node-003", "port": "mlx5_1:1", "at_s": 14},
-        {"type": "slow_gpu", "job": "job-c", "rank": 5, "factor": 1.3, "at_s": 6},
-        {
-            "type": "port_degraded",
-            "node": "node-005",
-            "port": "mlx5_2:1",
-            "factor": 0.4,
-            "at_s": 10,
-        },
-        {"type": "node_down", "node": "node-007", "at_s": 16},
-    ],
-}
 
 Finding = tuple[str, str | None, tuple[str, ...]]
 

@@ -58,7 +58,7 @@ def test_no_layer_imports_a_layer_above_it(layer: str) -> None:
         assert not above, f"{path.relative_to(REPO)} imports {sorted(above)}"
 
 
-def imported_modules(path: Path) -> set[str]:
+def modules_imported_by(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = set()
     for node in ast.walk(tree):
@@ -74,7 +74,7 @@ def test_inside_c4_no_module_imports_a_command_and_the_dashboard_nothing_of_the_
     lives in a module of its own. The demo embeds the dashboard, never the other way."""
     for path in sorted((REPO / "c4").rglob("*.py")):
         here = ".".join(path.relative_to(REPO).with_suffix("").parts)
-        for module in imported_modules(path):
+        for module in modules_imported_by(path):
             if not module.startswith("c4.") or here == "c4.cli":
                 continue
             assert not module.endswith("_cmd"), f"{here} imports the command {module}"
