@@ -199,7 +199,7 @@ class Pipeline:
     def __init__(self) -> None:
         self.handled: list[Diagnosis] = []
 
-    def handle(self, diagnosis: Diagnosis) -> Handled:
+    def handle(self, diagnosis: Diagnosis, partition: int = 0) -> Handled:
         self.handled.append(diagnosis)
         return Handled(records=())
 
