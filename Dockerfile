@@ -6,6 +6,7 @@ COPY c4 c4
 COPY schemas schemas
 COPY producers producers
 COPY streams streams
+COPY planner planner
 COPY actions actions
 COPY topology topology
 COPY simulator simulator

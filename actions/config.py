@@ -226,7 +226,7 @@ class Launcher(_Frozen):
 
 
 class RerouteSettings(_Frozen):
-    """How the reroute action replans (see `actions.planner.choice`)."""
+    """How the reroute action replans (see `planner.choice`)."""
 
     # incremental: only the flows that crossed the failed link move; best: a few more may
     # move when that lowers max_util.

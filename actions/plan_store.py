@@ -23,8 +23,8 @@ import redis
 from pydantic import ValidationError
 
 from actions import ActionsError
-from actions.planner.core import plan_from_json, plan_json
-from actions.planner.reroute import CurrentPlan
+from planner.core import plan_from_json, plan_json
+from planner.reroute import CurrentPlan
 
 DEFAULT_PREFIX = "c4:plan:"
 HISTORY = 100

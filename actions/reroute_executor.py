@@ -3,7 +3,7 @@
 One step per link, port or switch suspect of a ``link_down`` / ``link_degraded`` diagnosis:
 1. the diagnosis narrowed to the step's suspect, the fabric of the topology in the cluster
    state, the running jobs' placements (the cluster state's) and the plan in force go into
-   `actions.planner.reroute.reroute` (pure);
+   `planner.reroute.reroute` (pure);
 2. the nodes about to be told are recorded in the diagnosis's claim, then one
    ``c4.route.v1`` message per node is published, keyed by node, and delivered;
 3. only then is the new plan saved: a compare-and-set on the id of the plan it was made from.
@@ -40,7 +40,11 @@ from actions.config import RerouteSettings
 from actions.executors import Context, Executor
 from actions.outcome import Reason, Result, done, failed, skipped
 from actions.plan_store import PlanStoreError, Saved, StalePlanError, StoreUnavailableError
-from actions.planner.reroute import (
+from actions.policy import KEPT_OUT_KINDS, Step, kept_out
+from actions.state import StateError
+from actions.state.model import Claim
+from actions.state.protocols import ActiveJobs, ClaimRecords, FabricSource
+from planner.reroute import (
     LINK_SUSPECTS,
     REROUTE_CLASSES,
     CurrentPlan,
@@ -51,10 +55,6 @@ from actions.planner.reroute import (
     node_routes,
     reroute,
 )
-from actions.policy import KEPT_OUT_KINDS, Step, kept_out
-from actions.state import StateError
-from actions.state.model import Claim
-from actions.state.protocols import ActiveJobs, ClaimRecords, FabricSource
 from schemas.base import C4Model
 from schemas.messages import Diagnosis
 from topology.ecmp import hash_model

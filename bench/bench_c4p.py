@@ -2,12 +2,12 @@
 
 Fabrics of 64, 256 and 1024 nodes x 8 GPUs, 8 dual-port NICs (200G; ranks on port 1, plane
 a; port 2 on plane b is the failover), 8 nodes per leaf, 32 spines per plane at 400G (1:1).
-Four jobs share each fabric on random nodes, all of one mix (`actions.planner.matrices`):
+Four jobs share each fabric on random nodes, all of one mix (`planner.eval.matrices`):
 dp (pure data parallel), 3d (tp 8 x pp 4 x dp), moe (3d and 4-way expert all-to-all), with
 2 NCCL channels per rail and one queue pair per connection. Each runs healthy, then with one
 fabric link, one NIC port or one spine down. Methods and the flow-level model (phases one
 after another, every job in a phase at once, max-min fair rates, iteration = compute +
-phases' bytes over their slowest flow) are those of `actions.planner.baselines`; C4P after a
+phases' bytes over their slowest flow) are those of `planner.eval.baselines`; C4P after a
 failure is the incremental replan (only the affected flows move). Last, the replan time after
 a port and a link failure at 8,192 flows (target < 50 ms, only the affected flows moved).
 
@@ -34,8 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actions.planner import lower_bound, moved_flows, plan, replan  # noqa: E402
-from actions.planner.baselines import (  # noqa: E402
+from planner import lower_bound, moved_flows, plan, replan  # noqa: E402
+from planner.eval.baselines import (  # noqa: E402
     METHODS,
     Scores,
     c4p_all_plan,
@@ -49,8 +49,8 @@ from actions.planner.baselines import (  # noqa: E402
     plan_spines_of,
     score,
 )
-from actions.planner.matrices import FAILURES, MIXES, Mix, fail, training_matrix  # noqa: E402
-from actions.planner.reroute import route_around_cables  # noqa: E402
+from planner.eval.matrices import FAILURES, MIXES, Mix, fail, training_matrix  # noqa: E402
+from planner.reroute import route_around_cables  # noqa: E402
 from schemas.files import Flows, Plan  # noqa: E402
 from topology.ecmp import hash_model  # noqa: E402
 from topology.generate import Shape, generate  # noqa: E402
@@ -320,7 +320,7 @@ def main() -> int:
         f"ECMP columns: medians over {seeds} seeds at {sizes} nodes (fewer seeds at 1024 nodes "
         "to fit the time budget); C4P after a failure: incremental replan",
         "model: flow-level (phases in sequence, jobs aligned, max-min fair rates), not a packet "
-        "simulator; see actions/planner/baselines.py",
+        "simulator; see planner/eval/baselines.py",
     ]
     lines += tables(rows)
     lines += paper_paragraph(rows)

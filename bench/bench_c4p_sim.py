@@ -5,7 +5,7 @@ random nodes of one 1:1 leaf-spine fabric (8 nodes a leaf, 8 dual-port 200G NICs
 spines at 400G), their traffic as `topology.traffic` lays it out (rings rail by rail, NVLink
 inside a node). Each layout is simulated twice from the same seed: once with every
 connection on the spine the source leaf's ECMP hash picks (one source port per connection,
-as the RDMA stack draws it), once on the spines of the plan `actions.planner.plan` makes for
+as the RDMA stack draws it), once on the spines of the plan `planner.plan` makes for
 the flows `reroute.job_flows` derives from the jobs' placements. A connection that shares a
 directed link with others of its kind gets its share (the simulator's collision model), and
 a collective waits for its slowest connection. Iteration time: the median interval between a
@@ -33,8 +33,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actions.planner import lower_bound, plan  # noqa: E402
-from actions.planner.reroute import job_flows  # noqa: E402
+from planner import lower_bound, plan  # noqa: E402
+from planner.reroute import job_flows  # noqa: E402
 from schemas.files import Flows, Topology  # noqa: E402
 from simulator.cluster import GPUS_PER_NODE, Cluster, build_cluster  # noqa: E402
 from simulator.effects import job_effects  # noqa: E402

@@ -4,7 +4,7 @@ Fabrics of 64, 256 and 1024 nodes x 8 dual-port NICs (200G ports, one per plane)
 8 nodes per leaf, 32 spines per plane at 400G (1:1). Jobs get random nodes; each runs ring
 allreduce (one ring per NIC port) or a permutation, every flow at line rate. ECMP draws a
 random source port per flow and hashes it (crc32) at the source leaf, over many seeds.
-The max-min fair model of `actions.planner.evaluation` turns paths into each job's bus
+The max-min fair model of `planner.eval.evaluation` turns paths into each job's bus
 bandwidth (Gbps per ring; line rate 200). Then the most loaded fabric link fails: ECMP's
 groups shrink, the plan is replanned incrementally (and, for comparison, with mode "best":
 widened repair, full replan only if strictly better), and both are evaluated again. Last,
@@ -38,9 +38,9 @@ from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actions.planner import lower_bound, moved_flows, plan, replan, replan_choice  # noqa: E402
-from actions.planner.evaluation import Comparison, compare  # noqa: E402
-from actions.planner.traffic import PATTERNS, Pattern, Workload, workload  # noqa: E402
+from planner import lower_bound, moved_flows, plan, replan, replan_choice  # noqa: E402
+from planner.eval.evaluation import Comparison, compare  # noqa: E402
+from planner.eval.traffic import PATTERNS, Pattern, Workload, workload  # noqa: E402
 from schemas.files import Plan  # noqa: E402
 from topology.ecmp import hash_model  # noqa: E402
 from topology.generate import Shape, generate  # noqa: E402

@@ -11,9 +11,9 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from actions.planner import plan, plan_json
 from c4.inputs import load_document
 from c4.outputs import write_output
+from planner import plan, plan_json
 from schemas.files import Flows, Topology
 from topology import TopologyError
 from topology.ecmp import HASH_MODELS, hash_model

@@ -24,6 +24,7 @@ from actions.transport import Outbox
 from c4 import C4Error
 from c4.cluster_state import open_state
 from c4.inputs import load_document
+from planner import PlannerError
 from schemas.base import C4Model
 from schemas.files import Topology
 from schemas.messages import Action
@@ -168,7 +169,7 @@ def _release(args: argparse.Namespace, state: RedisState, settings: Settings) ->
         back = give_back(
             state.components, state.jobs, plans, _Flushing(outbox), kind, args.id, now, _actor()
         )
-    except ActionsError as error:
+    except (ActionsError, PlannerError) as error:
         message = f"released in Redis (audited), but not given back to the route plan: {error}"
         raise StateCommandError(message) from None
     if back is not None:

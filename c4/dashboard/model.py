@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from actions.planner.reroute import job_flows
 from c4.action_notes import note
+from planner.reroute import job_flows
 from schemas.files import Topology
 from schemas.messages import Action, Diagnosis, Job, Route
 from topology.model import Fabric

@@ -17,8 +17,8 @@ from typing import Protocol
 import redis
 
 from actions.plan_store import PlanStore, PlanStoreError
-from actions.planner.reroute import CurrentPlan
 from c4.settings import Settings
+from planner.reroute import CurrentPlan
 from producers.handoff import FolderSink
 from producers.publisher import Publisher
 from schemas.base import C4Model

@@ -9,11 +9,11 @@ from __future__ import annotations
 import redis
 from confluent_kafka.admin import AdminClient
 
-from actions.planner.reroute import CurrentPlan, job_flows
 from c4.dashboard.model import link_loads
 from c4.demo import DemoError, Say
 from c4.settings import Settings
 from c4.stack import stack_up
+from planner.reroute import CurrentPlan, job_flows
 from schemas.files import Plan, PlanPath, Topology
 from simulator.cluster import Cluster
 from simulator.run import job_message

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from actions.plan_store import PlanStore, PlanStoreError, StalePlanError, StoreUnavailableError
-from actions.planner.reroute import CurrentPlan, reroute
+from planner.reroute import CurrentPlan, reroute
 from tests.unit.test_reroute import JOBS, TS, diagnosis
 from topology.ecmp import hash_model
 from topology.generate import Shape, generate

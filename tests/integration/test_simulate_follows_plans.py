@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from actions.plan_store import PlanStore
-from actions.planner.reroute import CurrentPlan
+from planner.reroute import CurrentPlan
 from schemas.codec import encode
 from schemas.files import Plan, PlanPath
 from simulator.cluster import build_cluster

@@ -13,12 +13,12 @@ from actions.config import Backoff, RerouteSettings
 from actions.executors import Context
 from actions.outcome import Reason, Result
 from actions.plan_store import PlanStoreError, Saved, StalePlanError, StoreUnavailableError
-from actions.planner.reroute import CurrentPlan, reroute
 from actions.policy import Step
 from actions.reroute_executor import GivenBack, RerouteExecutor, give_back, told_field
 from actions.state import StateError
 from actions.state.model import Claim
 from actions.step_stages import run_with_retry
+from planner.reroute import CurrentPlan, reroute
 from schemas.base import C4Model
 from schemas.messages import Diagnosis, Job, Route
 from tests.unit.test_reroute import JOBS, TS, diagnosis

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from actions.alertmanager import sign, verify
 from actions.config import ConfigError, WorkerConfig, load_config, parse_config
-from actions.planner import plan, plan_json
 from c4.inputs import InputError, load_document
+from planner import plan, plan_json
 from schemas.base import C4Model
 from schemas.codec import MAX_MESSAGE_BYTES, RejectCode, Rejection, decode, encode
 from schemas.files import Flows, Plan, Topology

@@ -1,4 +1,6 @@
-"""The pure cores import no transport: detection and planning never see Kafka, Faust or Redis."""
+"""The pure cores import no transport: detection and planning never see Kafka, Faust or Redis;
+and no layer imports one above it: schemas <- topology <- producers / streams / planner / actions
+<- c4."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TRANSPORTS = {"faust", "mode", "confluent_kafka", "aiokafka", "redis"}
-PURE = ["streams/core", "actions/planner", "topology", "schemas", "simulator"]
+PURE = ["streams/core", "planner", "topology", "schemas", "simulator"]
 
 
 def imported_roots(path: Path) -> set[str]:
@@ -33,7 +35,7 @@ def test_pure_package_imports_no_transport(package: str) -> None:
 
 def test_topology_imports_nothing_of_the_layers_above() -> None:
     for path in sorted((REPO / "topology").rglob("*.py")):
-        above = {"simulator", "producers", "streams", "actions", "c4"}
+        above = {"simulator", "producers", "streams", "planner", "actions", "c4"}
         assert not imported_roots(path) & above, path
 
 
@@ -46,7 +48,10 @@ LAYERS: dict[str, set[str]] = {
     "simulator": {"schemas", "topology"},
     "producers": {"schemas", "topology"},
     "streams": {"schemas", "topology"},
-    "actions": {"schemas", "topology"},
+    # C4P beside the streams workers: pure, it sees only the fabric and the v1 messages.
+    "planner": {"schemas", "topology"},
+    # The reroute action asks the planner for its routes.
+    "actions": {"schemas", "topology", "planner"},
 }
 PROJECT = {*LAYERS, "c4"}
 
@@ -67,6 +72,16 @@ def modules_imported_by(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
     return found
+
+
+def test_the_product_never_imports_the_planners_evaluation_models() -> None:
+    """`planner.eval` measures C4P for the benchmarks and tests; nothing that ships runs it."""
+    for layer in sorted(PROJECT):
+        for path in sorted((REPO / layer).rglob("*.py")):
+            if path.is_relative_to(REPO / "planner" / "eval"):
+                continue
+            models = {m for m in modules_imported_by(path) if m.startswith("planner.eval")}
+            assert not models, f"{path.relative_to(REPO)} imports {sorted(models)}"
 
 
 def test_inside_c4_no_module_imports_a_command_and_the_dashboard_nothing_of_the_demo() -> None:

@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from actions.planner.baselines import (
+from planner.eval.baselines import (
     c4p_all_plan,
     c4p_plans,
     ecmp_scores,
@@ -16,14 +16,14 @@ from actions.planner.baselines import (
     score,
     split_queue_pairs,
 )
-from actions.planner.evaluation import (
+from planner.eval.evaluation import (
     connection_rates,
     flow_rates,
     iteration_ratio,
     low_percentile,
     max_min_rates,
 )
-from actions.planner.matrices import Mix, training_matrix
+from planner.eval.matrices import Mix, training_matrix
 from tests.unit.planner_cases import make_fabric
 from topology.ecmp import hash_model
 from topology.generate import Shape

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actions.planner import moved_flows, plan, replan, replan_choice
-from actions.planner.traffic import workload
+from planner import moved_flows, plan, replan, replan_choice
+from planner.eval.traffic import workload
 from schemas.files import Flows, Plan
 from tests.unit.planner_cases import check_plan, instances, make_fabric
 from tests.unit.test_planner_replan import fabric_links_used
@@ -95,7 +95,7 @@ def test_full_replan_is_taken_when_the_widened_repair_falls_short(
 ) -> None:
     # With chains of two flows only, the widened repair cannot cross this large tight fabric
     # (every leaf at 62-64 flows over 32 uplinks); the full replan reaches the bound.
-    monkeypatch.setattr("actions.planner.choice.WIDE_CHAIN", 2)
+    monkeypatch.setattr("planner.choice.WIDE_CHAIN", 2)
     fabric = make_fabric(Shape(nodes=1024, spines=32))
     flows = workload(fabric, "ring", 1, seed=1025).flows
     before = plan(fabric, flows)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actions.planner.colouring import colour_balanced, colour_edges
+from planner.colouring import colour_balanced, colour_edges
 
 edges = st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), max_size=120)
 

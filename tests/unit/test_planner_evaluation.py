@@ -9,16 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actions.planner import plan
-from actions.planner.evaluation import (
+from planner import plan
+from planner.eval.evaluation import (
     Comparison,
     EcmpSampler,
     compare,
     job_results,
     max_min_rates,
 )
-from actions.planner.problem import build_problem
-from actions.planner.traffic import workload
+from planner.eval.traffic import workload
+from planner.problem import build_problem
 from tests.unit.planner_cases import make_fabric
 from topology import TopologyError
 from topology.ecmp import hash_model

@@ -4,9 +4,9 @@ from collections import defaultdict
 
 import pytest
 
-from actions.planner import plan
-from actions.planner.baselines import matrix_problem
-from actions.planner.matrices import (
+from planner import plan
+from planner.eval.baselines import matrix_problem
+from planner.eval.matrices import (
     Mix,
     ModelSize,
     TrafficMatrix,

@@ -8,9 +8,9 @@ from collections import Counter
 
 from hypothesis import given, settings
 
-from actions.planner import lower_bound, plan
-from actions.planner.evaluation import max_util
-from actions.planner.problem import build_problem
+from planner import lower_bound, plan
+from planner.eval.evaluation import max_util
+from planner.problem import build_problem
 from schemas.files import Flows
 from tests.unit.planner_cases import check_plan, instances, make_fabric, make_flows, random_instance
 from topology.generate import Shape

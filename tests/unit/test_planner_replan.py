@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actions.planner import RoutedPath, moved_flows, plan, replan
+from planner import RoutedPath, moved_flows, plan, replan
 from schemas.files import Flows
 from tests.unit.planner_cases import check_plan, instances, make_fabric, make_flows
 from topology.ecmp import choose_spine, hash_model

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from actions.planner.reroute import (
+from planner.reroute import (
     CurrentPlan,
     RerouteError,
     failed_links,

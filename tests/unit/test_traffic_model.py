@@ -7,8 +7,8 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actions.planner import plan
-from actions.planner.reroute import job_flows
+from planner import plan
+from planner.reroute import job_flows
 from schemas.files import Flows
 from simulator.cluster import build_cluster
 from simulator.run import job_message

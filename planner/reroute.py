@@ -30,9 +30,9 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from actions import ActionsError
-from actions.planner.choice import ReplanMode, Strategy, replan_choice
-from actions.planner.core import RoutedPath, lower_bound, plan
+from planner import PlannerError
+from planner.choice import ReplanMode, Strategy, replan_choice
+from planner.core import RoutedPath, lower_bound, plan
 from schemas.files import Flow, Flows, Plan, PlanPath
 from schemas.messages import Diagnosis, Job, Route, RoutePath
 from topology import TopologyError
@@ -44,7 +44,7 @@ REROUTE_CLASSES = frozenset({"link_down", "link_degraded"})
 LINK_SUSPECTS = frozenset({"link", "port", "switch"})
 
 
-class RerouteError(ActionsError):
+class RerouteError(PlannerError):
     """A diagnosis that names no link to route around, or a reroute that cannot be planned."""
 
 

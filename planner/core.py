@@ -16,10 +16,10 @@ from collections.abc import Iterable, Sequence
 import orjson
 from pydantic import Field
 
-from actions.planner.balance import TOLERANCE, Assignment, least_loaded, repair
-from actions.planner.bound import problem_bound
-from actions.planner.colouring import colour_balanced
-from actions.planner.problem import Problem, build_problem
+from planner.balance import TOLERANCE, Assignment, least_loaded, repair
+from planner.bound import problem_bound
+from planner.colouring import colour_balanced
+from planner.problem import Problem, build_problem
 from schemas.files import Flows, Plan, PlanPath
 from topology.ecmp import SPORT_MIN, Ecmp, SwitchHash
 from topology.model import Fabric

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import TypeVar
 
-from actions.planner.balance import Assignment, least_loaded
-from actions.planner.bound import problem_bound
-from actions.planner.core import plan, replan
-from actions.planner.evaluation import (
+from planner.balance import Assignment, least_loaded
+from planner.bound import problem_bound
+from planner.core import plan, replan
+from planner.eval.evaluation import (
     EcmpSampler,
     connection_rates,
     flow_links,
@@ -41,8 +41,8 @@ from actions.planner.evaluation import (
     links_max_util,
     low_percentile,
 )
-from actions.planner.matrices import TrafficMatrix
-from actions.planner.problem import Problem, build_problem
+from planner.eval.matrices import TrafficMatrix
+from planner.problem import Problem, build_problem
 from schemas.files import Flows, Plan
 from topology.ecmp import SPORT_MAX, SPORT_MIN, SwitchHash
 from topology.model import Fabric

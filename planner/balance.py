@@ -10,7 +10,7 @@ import heapq
 from collections.abc import Iterable, Sequence
 from operator import truediv
 
-from actions.planner.problem import Problem
+from planner.problem import Problem
 
 # Utilisations are ratios of float sums; anything closer than this is the same value.
 TOLERANCE = 1e-9

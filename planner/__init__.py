@@ -2,12 +2,12 @@
 
 `plan` and `replan` take a `topology.model.Fabric` and v1 flows and return the v1 plan;
 `lower_bound` says how good any plan can be; `replan_choice` trades extra moves for a lower
-``max_util`` after a failure when asked to; `evaluation` compares plans with ECMP under a
-max-min fair bandwidth model; `reroute` turns jobs and a diagnosis into v1 route messages.
+``max_util`` after a failure when asked to; `reroute` turns jobs and a diagnosis into v1 route
+messages. `planner.eval` holds the models that measure it (benchmarks and tests only).
 """
 
-from actions.planner.choice import REPLAN_MODES, ReplanMode, Replanned, replan_choice
-from actions.planner.core import (
+from planner.choice import REPLAN_MODES, ReplanMode, Replanned, replan_choice
+from planner.core import (
     RoutedPath,
     lower_bound,
     moved_flows,
@@ -16,7 +16,13 @@ from actions.planner.core import (
     replan,
 )
 
+
+class PlannerError(Exception):
+    """Root of every error raised by the planner."""
+
+
 __all__ = [
+    "PlannerError",
     "REPLAN_MODES",
     "ReplanMode",
     "Replanned",

@@ -19,9 +19,9 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from actions.planner.balance import Assignment
-from actions.planner.problem import Problem, build_problem
-from actions.planner.traffic import Job, Workload
+from planner.balance import Assignment
+from planner.eval.traffic import Job, Workload
+from planner.problem import Problem, build_problem
 from schemas.files import Plan
 from topology.ecmp import SPORT_MAX, SPORT_MIN, Ecmp, SwitchHash
 from topology.model import Fabric

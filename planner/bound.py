@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from actions.planner.problem import Problem
+from planner.problem import Problem
 
 
 def problem_bound(problem: Problem, cables: bool = True) -> float:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from actions.planner.reroute import route_around_cables
+from planner.reroute import route_around_cables
 from schemas.files import Flow, Flows
 from topology import TopologyError
 from topology.model import Fabric

@@ -24,10 +24,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from actions.planner.balance import TOLERANCE, repair
-from actions.planner.bound import problem_bound
-from actions.planner.core import build_plan, incremental, moved_flows, solve
-from actions.planner.problem import build_problem
+from planner.balance import TOLERANCE, repair
+from planner.bound import problem_bound
+from planner.core import build_plan, incremental, moved_flows, solve
+from planner.problem import build_problem
 from schemas.files import Flows, Plan, PlanPath
 from topology.ecmp import SwitchHash
 from topology.model import Fabric
