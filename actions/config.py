@@ -130,8 +130,8 @@ class Receiver(_Frozen):
     ``kind: webhook`` (the default): the Alertmanager webhook payload, POSTed to ``url`` and
     signed with the key in ``secret_env``. ``kind: alertmanager``: ``url`` is the base URL of
     an Alertmanager; its alerts are POSTed to ``<url>/api/v2/alerts``, a firing one again every
-    ``resend_s`` until its diagnosis resolves (see `actions.alertmanager_client`), with a bearer
-    token (``bearer_token_env``) or basic authentication when configured.
+    ``resend_s`` until its diagnosis resolves (see `actions.drivers.alertmanager.client`), with
+    a bearer token (``bearer_token_env``) or basic authentication when configured.
     """
 
     name: str = Field(pattern=NAME)

@@ -1,4 +1,4 @@
-"""One signed HTTP POST (stdlib urllib) and what its answer means for a retry.
+"""One signed HTTP POST (stdlib urllib), its signature, and what its answer means for a retry.
 
 2xx delivered; 408, 429, 5xx, timeouts and connection errors may pass on a later try; any
 other 4xx will not (the receiver rejected the body). Retrying is the retry stage's job.
@@ -6,14 +6,30 @@ other 4xx will not (the receiver rejected the body). Retrying is the retry stage
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from actions.alertmanager import SIGNATURE_HEADER, sign
-
+SIGNATURE_HEADER = "X-C4-Signature"
 RETRYABLE_4XX = frozenset({408, 429})
+
+
+def sign(secret: bytes, body: bytes) -> str:
+    """The signature header's value: ``sha256=`` + hex HMAC-SHA256 of the body."""
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def verify(secret: bytes, body: bytes, header: str | bytes) -> bool:
+    """Whether a signature header matches the body (constant-time comparison; never raises).
+
+    Compared as bytes: ``compare_digest`` refuses str with non-ASCII characters, and a
+    receiver must answer a forged header with False, not an exception.
+    """
+    given = header if isinstance(header, bytes) else header.encode("utf-8", "surrogatepass")
+    return hmac.compare_digest(sign(secret, body).encode("ascii"), given)
 
 
 @dataclass(frozen=True, slots=True)

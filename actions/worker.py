@@ -21,24 +21,20 @@ from dataclasses import dataclass
 
 from confluent_kafka import Message
 
-from actions.alertmanager_client import AlertmanagerClient
 from actions.config import WorkerConfig
-from actions.executors import (
-    AlertExecutor,
-    DeadLetterSink,
-    Executor,
-    IsolateExecutor,
-    RestartExecutor,
-)
-from actions.kube import Kube
-from actions.kube_executors import KubeIsolateExecutor, KubeRestartExecutor
+from actions.drivers.alertmanager.client import AlertmanagerClient
+from actions.drivers.alertmanager.executor import AlertExecutor
+from actions.drivers.kubernetes.client import Kube
+from actions.drivers.kubernetes.executors import KubeIsolateExecutor, KubeRestartExecutor
+from actions.drivers.reroute.executor import RerouteExecutor
+from actions.drivers.reroute.plan_store import PlanStore
+from actions.drivers.slurm.cli import CommandRunner, Slurm, SlurmError
+from actions.drivers.slurm.executors import SlurmIsolateExecutor, SlurmRestartExecutor, SpareMirror
+from actions.drivers.state.executors import IsolateExecutor, RestartExecutor
 from actions.launcher import JobLauncher
 from actions.metrics import ActionMetrics
-from actions.pipeline import Busy, Pipeline
-from actions.plan_store import PlanStore
-from actions.reroute_executor import RerouteExecutor
-from actions.slurm import CommandRunner, Slurm, SlurmError
-from actions.slurm_executors import SlurmIsolateExecutor, SlurmRestartExecutor, SpareMirror
+from actions.pipeline.executor import DeadLetterSink, Executor
+from actions.pipeline.pipeline import Busy, Pipeline
 from actions.state import StateError, StateUnavailable
 from actions.state.protocols import JobRecorder
 from actions.state.store import RedisState
@@ -131,7 +127,9 @@ def build_executors(
     launcher = JobLauncher(config.launcher)
     scheduler = config.scheduler
     if scheduler.kind == "kubernetes":
-        from actions.kube_api import ClientApi  # the Kubernetes client, only when driven
+        from actions.drivers.kubernetes.official_api import (
+            ClientApi,  # the Kubernetes client, only when driven
+        )
 
         kube = Kube(ClientApi(scheduler.kubeconfig, scheduler.command_timeout_s), scheduler)
         isolate: Executor = KubeIsolateExecutor(

@@ -14,9 +14,9 @@ import time
 import uuid
 
 from actions.config import parse_config
-from actions.executors import IsolateExecutor, RestartExecutor
+from actions.drivers.state.executors import IsolateExecutor, RestartExecutor
 from actions.launcher import JobLauncher
-from actions.pipeline import Pipeline
+from actions.pipeline.pipeline import Pipeline
 from actions.state.store import RedisState
 from schemas.messages import Diagnosis, Job
 from topology.generate import Shape, generate

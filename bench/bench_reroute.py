@@ -18,9 +18,9 @@ import time
 import uuid
 
 from actions.config import parse_config
-from actions.pipeline import Pipeline
-from actions.plan_store import PlanStore
-from actions.reroute_executor import RerouteExecutor
+from actions.drivers.reroute.executor import RerouteExecutor
+from actions.drivers.reroute.plan_store import PlanStore
+from actions.pipeline.pipeline import Pipeline
 from actions.state.store import RedisState
 from schemas.base import C4Model
 from schemas.messages import Diagnosis, Job

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from actions import ActionsError
 from actions.config import ConfigError, load_config
 from actions.metrics import ActionMetrics
-from actions.pipeline import Pipeline
+from actions.pipeline.pipeline import Pipeline
 from actions.state import StateError, StateUnavailable
 from actions.transport import KafkaTransport
 from actions.worker import (

@@ -76,7 +76,7 @@ def follow_run(cluster: Cluster, scenario: Scenario, settings: Settings, speed: 
     """Publish the run live and apply each new plan in force to its paths, as node agents
     applying their route messages would (the plan store the actions worker keeps in Redis);
     returns the records sent. Redis away: the paths stay as they are meanwhile."""
-    from actions.plan_store import PlanStore
+    from actions.drivers.reroute.plan_store import PlanStore
     from actions.state.base import connect
     from c4.demo.live_sim import LiveSimulator, store_reader
 

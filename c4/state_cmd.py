@@ -13,12 +13,12 @@ from pydantic import JsonValue
 
 from actions import ActionsError
 from actions.config import ConfigError, Scheduler, load_config
-from actions.kube import Answer as KubeAnswer
-from actions.kube import Kube, KubeError
-from actions.plan_store import PlanStore
-from actions.reroute_executor import give_back
-from actions.scheduler_steps import node_of
-from actions.slurm import Answer, CommandRunner, Slurm, SlurmError
+from actions.drivers.kubernetes.client import Answer as KubeAnswer
+from actions.drivers.kubernetes.client import Kube, KubeError
+from actions.drivers.reroute.executor import give_back
+from actions.drivers.reroute.plan_store import PlanStore
+from actions.drivers.scheduler_steps import node_of
+from actions.drivers.slurm.cli import Answer, CommandRunner, Slurm, SlurmError
 from actions.state.store import RedisState
 from actions.transport import Outbox
 from c4 import C4Error
@@ -132,7 +132,9 @@ def _resume_in_scheduler(config_path: str, kind: str, ident: str) -> dict[str, J
 
 def _release_in_kubernetes(scheduler: Scheduler, node: str, ident: str) -> dict[str, JsonValue]:
     """Remove c4's taint, condition and cordon of the part's node (only c4's)."""
-    from actions.kube_api import ClientApi  # the Kubernetes client: imported when used
+    from actions.drivers.kubernetes.official_api import (
+        ClientApi,  # the Kubernetes client: imported when used
+    )
 
     try:
         api = ClientApi(scheduler.kubeconfig, scheduler.command_timeout_s)

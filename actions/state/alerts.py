@@ -1,8 +1,8 @@
 """`AlertStore`: the alerts each Alertmanager receiver is sent again until they resolved.
 
-One hash per receiver, diagnosis id -> the kept alert (JSON of `actions.alertmanager_v2.Kept`).
-Kept in the cluster state, not in a worker: a restarted worker, or another one of the group,
-goes on resending them.
+One hash per receiver, diagnosis id -> the kept alert (JSON of
+`actions.drivers.alertmanager.v2.Kept`). Kept in the cluster state, not in a worker: a
+restarted worker, or another one of the group, goes on resending them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import redis
 
-from actions.plan_store import PlanStore, PlanStoreError
+from actions.drivers.reroute.plan_store import PlanStore, PlanStoreError
 from c4.settings import Settings
 from planner.reroute import CurrentPlan
 from producers.handoff import FolderSink

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from actions.alertmanager import SIGNATURE_HEADER, sign
+from actions.webhook import SIGNATURE_HEADER, sign
 
 PATHS = ("/launch", "/alert")
 MAX_BODY = 4 * 1024 * 1024

@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 import yaml
 
-from actions.plan_store import PlanStore
+from actions.drivers.reroute.plan_store import PlanStore
 from actions.state.store import RedisState
 from c4.dashboard.feed import Feed
 from c4.dashboard.server import DashboardServer, Source

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from actions.slurm import ENDED_STATES, drained_for
+from actions.drivers.slurm.cli import ENDED_STATES, drained_for
 from c4.dashboard.feed import Feed
 from c4.demo import DemoError, Say
 from c4.demo.slurm_figures import (

@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from actions.slurm import ENDED_STATES, CommandRunner, JobInfo, NodeInfo, Slurm, parse_fields
+from actions.drivers.slurm.cli import (
+    ENDED_STATES,
+    CommandRunner,
+    JobInfo,
+    NodeInfo,
+    Slurm,
+    parse_fields,
+)
 from c4.demo import DemoError
 from c4.demo.slurm_figures import JobEnd
 

@@ -28,7 +28,7 @@ from types import FrameType
 import orjson
 import yaml
 
-from actions.slurm import ENDED_STATES, CommandRunner, Slurm
+from actions.drivers.slurm.cli import ENDED_STATES, CommandRunner, Slurm
 from actions.state.store import RedisState
 from c4.dashboard.feed import Feed
 from c4.demo import DemoError, Say

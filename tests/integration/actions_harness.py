@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, Producer
 
 from actions.config import WorkerConfig, parse_config
 from actions.metrics import ActionMetrics
-from actions.pipeline import Pipeline
+from actions.pipeline.pipeline import Pipeline
 from actions.state.store import RedisState
 from actions.transport import KafkaTransport
 from actions.worker import ActionWorker, Topics, build_executors, build_housekeeping

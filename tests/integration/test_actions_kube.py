@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from actions.config import Scheduler
-from actions.kube import CORDONED, ISOLATED, Kube
-from actions.kube_api import ClientApi
+from actions.drivers.kubernetes.client import CORDONED, ISOLATED, Kube
+from actions.drivers.kubernetes.official_api import ClientApi
 from actions.worker import CRASH_ENV
 from c4.settings import Settings
 from c4.stack.kube import kubeconfig_path

@@ -9,7 +9,7 @@ import sys
 import pytest
 from confluent_kafka import Consumer
 
-from actions.plan_store import PlanStore
+from actions.drivers.reroute.plan_store import PlanStore
 from actions.state import StateError
 from schemas.codec import decode
 from schemas.messages import Action, Job, Route

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from actions.slurm import CommandRunner, Slurm
+from actions.drivers.slurm.cli import CommandRunner, Slurm
 from actions.worker import CRASH_ENV
 from c4.settings import Settings
 from c4.stack.slurm import slurm_conf_path

@@ -10,8 +10,8 @@ from collections import Counter
 import orjson
 import pytest
 
-from actions.alertmanager import SIGNATURE_HEADER, verify
-from actions.plan_store import PlanStore
+from actions.drivers.reroute.plan_store import PlanStore
+from actions.webhook import SIGNATURE_HEADER, verify
 from schemas.codec import decode
 from schemas.messages import Action, Deadletter, Job
 from tests.integration.actions_harness import (

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
-from actions.alertmanager import SIGNATURE_HEADER, verify
+from actions.webhook import SIGNATURE_HEADER, verify
 from c4.settings import Settings
 from c4.stack.alertmanager import (
     alertmanager_down,

@@ -7,7 +7,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from actions.plan_store import PlanStore, PlanStoreError, StalePlanError, StoreUnavailableError
+from actions.drivers.reroute.plan_store import (
+    PlanStore,
+    PlanStoreError,
+    StalePlanError,
+    StoreUnavailableError,
+)
 from planner.reroute import CurrentPlan, reroute
 from tests.unit.test_reroute import JOBS, TS, diagnosis
 from topology.ecmp import hash_model

@@ -21,7 +21,7 @@ import pytest
 import redis
 from pydantic import SecretStr
 
-from actions.plan_store import PlanStore
+from actions.drivers.reroute.plan_store import PlanStore
 from actions.state.store import RedisState
 from c4.doctor import check_redis
 from c4.settings import Settings

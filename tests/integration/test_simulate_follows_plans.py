@@ -13,7 +13,7 @@ import orjson
 import pytest
 import redis
 
-from actions.plan_store import PlanStore
+from actions.drivers.reroute.plan_store import PlanStore
 from planner.reroute import CurrentPlan
 from schemas.codec import encode
 from schemas.files import Plan, PlanPath

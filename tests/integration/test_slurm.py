@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from actions.slurm import Answer, CommandRunner, JobInfo, Slurm, drain_reason
+from actions.drivers.slurm.cli import Answer, CommandRunner, JobInfo, Slurm, drain_reason
 from c4.settings import Settings
 from c4.stack.slurm import (
     munge_dir,

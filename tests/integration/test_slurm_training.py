@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from actions.slurm import CommandRunner, JobInfo, Slurm
+from actions.drivers.slurm.cli import CommandRunner, JobInfo, Slurm
 from c4.demo.slurm_job import TRAINING_SCRIPT
 from c4.settings import Settings
 from c4.stack.slurm import slurm_conf_path, slurm_env

@@ -7,8 +7,9 @@ import hmac
 
 import orjson
 
-from actions.alertmanager import fingerprint, payload, rfc3339, sign, verify
-from actions.outcome import StepSummary
+from actions.drivers.alertmanager.payload import fingerprint, payload, rfc3339
+from actions.pipeline.outcome import StepSummary
+from actions.webhook import sign, verify
 from schemas.messages import Diagnosis
 
 

@@ -10,9 +10,11 @@ from typing import Any, get_args
 import orjson
 import pytest
 
-from actions.alertmanager import rfc3339
-from actions.alertmanager_client import RESOLVED_KEEP_NS, AlertmanagerClient, MemoryAlerts
-from actions.alertmanager_v2 import (
+from actions.config import ConfigError, Receiver, WorkerConfig, parse_config
+from actions.drivers.alertmanager.client import RESOLVED_KEEP_NS, AlertmanagerClient, MemoryAlerts
+from actions.drivers.alertmanager.executor import AlertExecutor
+from actions.drivers.alertmanager.payload import rfc3339
+from actions.drivers.alertmanager.v2 import (
     Kept,
     alertname,
     alerts_url,
@@ -21,12 +23,11 @@ from actions.alertmanager_v2 import (
     labels_for,
     place_labels,
 )
-from actions.config import ConfigError, Receiver, WorkerConfig, parse_config
-from actions.executors import AlertExecutor, Context
-from actions.outcome import Reason, StepSummary
-from actions.policy import Step, View, plan
+from actions.pipeline.executor import Context
+from actions.pipeline.outcome import Reason, StepSummary
+from actions.pipeline.policy import Step, View, plan
+from actions.pipeline.step_stages import run_with_retry
 from actions.state.model import Claim
-from actions.step_stages import run_with_retry
 from actions.webhook import Answer
 from schemas.messages import Deadletter, Diagnosis, DiagnosisClass
 from streams.metrics import FINDING_LABELS

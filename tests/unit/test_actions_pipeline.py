@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from actions.config import WorkerConfig, parse_config
-from actions.executors import Context, Executor
-from actions.outcome import Reason, Result, done, failed
-from actions.pipeline import Busy, Pipeline
-from actions.policy import Step
-from actions.recording import PLAN_FIELD, STEP_FIELD, result_json
+from actions.pipeline.executor import Context, Executor
+from actions.pipeline.outcome import Reason, Result, done, failed
+from actions.pipeline.pipeline import Busy, Pipeline
+from actions.pipeline.policy import Step
+from actions.pipeline.recording import PLAN_FIELD, STEP_FIELD, result_json
 from actions.state.model import Claim, Transition, TransitionRequest
 from schemas.messages import Diagnosis, RankPlace
 

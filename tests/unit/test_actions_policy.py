@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from actions.config import WorkerConfig, parse_config
-from actions.outcome import Reason
-from actions.policy import Plan, View, node_of, plan, shared_switch
+from actions.pipeline.outcome import Reason
+from actions.pipeline.policy import Plan, View, node_of, plan, shared_switch
 from schemas.messages import Diagnosis, Suspect
 
 LEAVES = {f"node-00{i}": ("leaf-0a", "leaf-0b") for i in range(8)}

@@ -10,14 +10,19 @@ import orjson
 import pytest
 
 from actions.config import Backoff, RerouteSettings
-from actions.executors import Context
-from actions.outcome import Reason, Result
-from actions.plan_store import PlanStoreError, Saved, StalePlanError, StoreUnavailableError
-from actions.policy import Step
-from actions.reroute_executor import GivenBack, RerouteExecutor, give_back, told_field
+from actions.drivers.reroute.executor import GivenBack, RerouteExecutor, give_back, told_field
+from actions.drivers.reroute.plan_store import (
+    PlanStoreError,
+    Saved,
+    StalePlanError,
+    StoreUnavailableError,
+)
+from actions.pipeline.executor import Context
+from actions.pipeline.outcome import Reason, Result
+from actions.pipeline.policy import Step
+from actions.pipeline.step_stages import run_with_retry
 from actions.state import StateError
 from actions.state.model import Claim
-from actions.step_stages import run_with_retry
 from planner.reroute import CurrentPlan, reroute
 from schemas.base import C4Model
 from schemas.messages import Diagnosis, Job, Route
@@ -438,7 +443,7 @@ def test_an_unexpected_planner_error_is_a_failed_step_not_a_dead_worker(
     def broken(*args: object, **kwargs: object) -> None:
         raise KeyError(-1)
 
-    monkeypatch.setattr("actions.reroute_executor.reroute", broken)
+    monkeypatch.setattr("actions.drivers.reroute.executor.reroute", broken)
     test = rig(fabric, in_force(fabric))
     with caplog.at_level(logging.ERROR, logger="c4.actions"):
         result = run(test, diagnosis([("switch", "leaf-1a")], cls="link_degraded"), tries=3)

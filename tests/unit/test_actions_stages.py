@@ -12,10 +12,10 @@ import pytest
 
 from actions.config import Backoff, Launcher, WebhookLauncher
 from actions.launcher import JobLauncher
-from actions.outcome import Reason, Result, done, failed, skipped
-from actions.policy import Plan, Step
-from actions.recording import action_id, action_record, plan_from_json, plan_json
-from actions.step_stages import run_with_retry
+from actions.pipeline.outcome import Reason, Result, done, failed, skipped
+from actions.pipeline.policy import Plan, Step
+from actions.pipeline.recording import action_id, action_record, plan_from_json, plan_json
+from actions.pipeline.step_stages import run_with_retry
 from actions.webhook import Answer, post_json
 from schemas.messages import Diagnosis, Job
 

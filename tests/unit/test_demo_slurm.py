@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from actions.slurm import JobInfo, NodeInfo
+from actions.drivers.slurm.cli import JobInfo, NodeInfo
 from c4.cli import main
 from c4.dashboard.model import FeedView
 from c4.demo.slurm_faults import Faults, Throttle

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from schemas.base import C4Model
 from schemas.messages import Diagnosis, Job, Link, RankPlace, Route, RoutePath
 from simulator import scenario_from, simulate
 from streams.core.engine import Engine
-from streams.durable import DurableDetection
+from streams.core.stage import JOB, NODE, StateKey
+from streams.durable import SnapshotStore
 from streams.live import LiveDetection
 from streams.shared import TableFacts
 
@@ -46,22 +48,28 @@ def _ts(message: C4Model) -> int:
     return int(getattr(message, "ts_ns", 0))
 
 
-def _worker(
-    jobs: dict[bytes, bytes], nodes: dict[bytes, bytes], clock: FakeClock
-) -> DurableDetection:
-    live = LiveDetection(Engine(), monotonic=clock)
-    return DurableDetection(
-        live, jobs, nodes, lambda kind, key: True, snapshot_interval_s=1.0, monotonic=clock
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """A live worker's detection: the stage, its runtime and the runtime's snapshot store."""
+
+    stage: Engine
+    live: LiveDetection
+    store: SnapshotStore
+
+
+def _worker(jobs: dict[bytes, bytes], nodes: dict[bytes, bytes], clock: FakeClock) -> Worker:
+    engine = Engine()
+    store = SnapshotStore(
+        {JOB: jobs, NODE: nodes}, lambda key: True, snapshot_interval_s=1.0, monotonic=clock
     )
+    return Worker(engine, LiveDetection(engine, monotonic=clock, store=store), store)
 
 
-def _feed(
-    worker: DurableDetection, messages: list[C4Model], clock: FakeClock
-) -> Iterator[Diagnosis]:
+def _feed(worker: Worker, messages: list[C4Model], clock: FakeClock) -> Iterator[Diagnosis]:
     for message in messages:
         clock.now += 0.01
-        yield from worker.on_message(message)
-        yield from worker.on_timer()
+        yield from worker.live.on_message(message)
+        yield from worker.live.on_timer()
 
 
 def test_a_restarted_worker_goes_on_from_its_tables() -> None:
@@ -85,8 +93,8 @@ def test_a_restarted_worker_goes_on_from_its_tables() -> None:
     # kill -9: the worker's memory is gone, its tables (changelog) and committed offset stay;
     # everything after the committed offset is delivered again.
     second = _worker(jobs, nodes, clock)
-    second.adopt_owned()
-    assert second.counters.restored == len(jobs) + len(nodes)
+    second.store.adopt_owned(second.stage)
+    assert second.store.counters.restored == len(jobs) + len(nodes)
     published += _feed(second, messages[committed:], clock)
 
     keys = [(d.id, d.state) for d in published]
@@ -111,7 +119,7 @@ def test_a_restored_hang_is_not_ended_by_the_records_from_before_it_fired() -> N
     published = list(_feed(_worker(jobs, nodes, clock), messages[:killed_at], clock))
     assert (hang.id, "firing") in {(d.id, d.state) for d in published}
     second = _worker(jobs, nodes, clock)
-    second.adopt_owned()
+    second.store.adopt_owned(second.stage)
     published += _feed(second, messages[committed:], clock)
     keys = [(d.id, d.state) for d in published]
     assert len(keys) == len(set(keys)), "a finding was published twice"
@@ -139,8 +147,8 @@ def test_an_unreadable_snapshot_is_relearnt_not_trusted() -> None:
     jobs = {b"job-1": b"garbage", b"job-2": b"\x78\x9c broken"}
     worker = _worker(jobs, {}, clock)
     list(_feed(worker, messages[:200], clock))
-    assert worker.counters.unreadable == 2
-    assert set(worker.engine.jobs) == {"job-1", "job-2"}  # relearning from the messages
+    assert worker.store.counters.unreadable == 2
+    assert set(worker.stage.jobs) == {"job-1", "job-2"}  # relearning from the messages
 
 
 def test_revoked_jobs_are_dropped_and_saved_first() -> None:
@@ -150,8 +158,8 @@ def test_revoked_jobs_are_dropped_and_saved_first() -> None:
     worker = _worker(jobs, {}, clock)
     list(_feed(worker, messages[:300], clock))
     before = dict(jobs)
-    worker.on_revoked("job", ["job-1"])
-    assert "job-1" not in worker.engine.jobs
+    worker.live.on_revoked([StateKey(JOB, "job-1")])
+    assert "job-1" not in worker.stage.jobs
     assert jobs[b"job-1"] != b"" and b"job-1" in before
 
 
@@ -275,18 +283,19 @@ def test_snapshots_stretch_their_interval_to_stay_within_their_budget() -> None:
     worker = _worker(SlowTable(), {}, clock)
     messages = _messages()[:400]
     list(_feed(worker, messages[:100], clock))
-    assert worker.snapshot_every_s() == 1.0  # cheap snapshots: the configured interval
+    store, live = worker.store, worker.live
+    assert store.snapshot_every_s() == 1.0  # cheap snapshots: the configured interval
     taking["s"] = 0.5
     clock.now += 1.0
-    worker.on_message(messages[100])
-    worker.on_timer()  # a periodic round: 0.5 s per job
-    assert worker.snapshot_every_s() >= 5.0
-    written = worker.counters.written
+    live.on_message(messages[100])
+    live.on_timer()  # a periodic round: 0.5 s per job
+    assert store.snapshot_every_s() >= 5.0
+    written = store.counters.written
     clock.now += 2.0
-    worker.on_message(messages[101])
-    worker.on_timer()
-    assert worker.counters.written == written  # 2 s later: not yet
-    clock.now += worker.snapshot_every_s()
-    worker.on_message(messages[102])
-    worker.on_timer()
-    assert worker.counters.written > written
+    live.on_message(messages[101])
+    live.on_timer()
+    assert store.counters.written == written  # 2 s later: not yet
+    clock.now += store.snapshot_every_s()
+    live.on_message(messages[102])
+    live.on_timer()
+    assert store.counters.written > written

@@ -17,8 +17,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actions.alertmanager import sign, verify
 from actions.config import ConfigError, WorkerConfig, load_config, parse_config
+from actions.webhook import sign, verify
 from c4.inputs import InputError, load_document
 from planner import plan, plan_json
 from schemas.base import C4Model

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actions.metrics import ActionMetrics
-from actions.pipeline import Handled
+from actions.pipeline.pipeline import Handled
 from actions.worker import ActionWorker, Topics
 from schemas.base import C4Model
 from schemas.codec import MAX_DEADLETTER_PAYLOAD, Rejection, decode

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from actions.config import ConfigError, Scheduler, parse_config
-from actions.kube import (
+from actions.drivers.kubernetes.client import (
     GENERATION,
     ISOLATED,
     ORIGIN,

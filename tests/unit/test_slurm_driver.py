@@ -8,11 +8,8 @@ from collections.abc import Sequence
 import pytest
 
 from actions.config import parse_config
-from actions.executors import Context
-from actions.outcome import Reason, Result
-from actions.policy import Step
-from actions.scheduler_steps import node_of
-from actions.slurm import (
+from actions.drivers.scheduler_steps import node_of
+from actions.drivers.slurm.cli import (
     MAX_REASON,
     NodeInfo,
     Output,
@@ -22,7 +19,10 @@ from actions.slurm import (
     drained_for,
     parse_job,
 )
-from actions.slurm_executors import SlurmIsolateExecutor, SlurmRestartExecutor
+from actions.drivers.slurm.executors import SlurmIsolateExecutor, SlurmRestartExecutor
+from actions.pipeline.executor import Context
+from actions.pipeline.outcome import Reason, Result
+from actions.pipeline.policy import Step
 from actions.state.model import Claim, Component, Transition, TransitionRequest
 from schemas.files import Topology
 from tests.unit.test_actions_pipeline import diagnosis

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from actions.config import Receiver, WorkerConfig
-from actions.outcome import Reason, Result, failed, skipped
+from actions.pipeline.outcome import Reason, Result, failed, skipped
 from schemas.messages import Diagnosis, Suspect
 
 NODE_LEVEL = frozenset({"node", "gpu", "rank"})
@@ -98,7 +98,7 @@ def kept_out(diagnosis: Diagnosis, suspect_type: str) -> bool:
     action. A degraded port's flows failed over to its NIC's sibling port, so nothing slow
     crosses it any more either. Giving either back would bring the traffic, then the
     finding, back (a flap): it stays out until an operator releases it (see
-    `actions.reroute_executor`).
+    `actions.drivers.reroute.executor`).
     """
     return (
         diagnosis.state == "resolved"

@@ -20,8 +20,8 @@ Except where the reroute itself ends the finding: a ``link_degraded`` finding of
 a fabric link or a switch rests on slow paths through it, and the reroute took those paths
 away; a degraded port's flows failed over to the sibling port of its NIC. Either resolves
 because of our own action, and giving it back would bring the traffic, then the finding, back
-(a flap): the step is skipped (``kept_out``: `actions.policy.kept_out`) and the link or port
-stays out of the plan until an operator releases it (`give_back`). A port that went down and
+(a flap): the step is skipped (``kept_out``: `actions.pipeline.policy.kept_out`) and the link
+or port stays out of the plan until an operator releases it (`give_back`). A port that went down and
 came up again (``link_down``, the port's own state) is given back. An unexpected planner error
 fails the step (``no_route``, logged with its traceback), it never ends the worker.
 """
@@ -37,10 +37,15 @@ from typing import Protocol
 import orjson
 
 from actions.config import RerouteSettings
-from actions.executors import Context, Executor
-from actions.outcome import Reason, Result, done, failed, skipped
-from actions.plan_store import PlanStoreError, Saved, StalePlanError, StoreUnavailableError
-from actions.policy import KEPT_OUT_KINDS, Step, kept_out
+from actions.drivers.reroute.plan_store import (
+    PlanStoreError,
+    Saved,
+    StalePlanError,
+    StoreUnavailableError,
+)
+from actions.pipeline.executor import Context, Executor
+from actions.pipeline.outcome import Reason, Result, done, failed, skipped
+from actions.pipeline.policy import KEPT_OUT_KINDS, Step, kept_out
 from actions.state import StateError
 from actions.state.model import Claim
 from actions.state.protocols import ActiveJobs, ClaimRecords, FabricSource
@@ -66,7 +71,7 @@ PlanSaved = Callable[[float, Mapping[str, float], int], None]
 
 
 class Plans(Protocol):
-    """The plan in force (`actions.plan_store.PlanStore`)."""
+    """The plan in force (`actions.drivers.reroute.plan_store.PlanStore`)."""
 
     def current(self) -> CurrentPlan | None:
         """The plan in force, None when there is none."""

@@ -1,4 +1,4 @@
-"""The Alertmanager webhook payload (version "4") for a diagnosis, its fingerprint, its signature.
+"""The Alertmanager webhook payload (version "4") for a diagnosis and its fingerprint.
 
 Pure: receivers written for Alertmanager (PagerDuty bridges, chat bots, ticketing hooks) read
 these bodies unchanged. The fingerprint is Prometheus's label-set fingerprint (FNV-1a 64 over
@@ -13,20 +13,17 @@ the rename: deprecated, to be dropped with the next payload version.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import orjson
 from pydantic import JsonValue
 
-from actions.outcome import StepSummary
+from actions.pipeline.outcome import StepSummary
 from schemas.messages import Diagnosis
 
 VERSION = "4"
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of a firing alert
-SIGNATURE_HEADER = "X-C4-Signature"
 _FNV_OFFSET = 14695981039346656037
 _FNV_PRIME = 1099511628211
 _MASK = (1 << 64) - 1
@@ -47,21 +44,6 @@ def rfc3339(ns: int) -> str:
     """Nanoseconds since the epoch as RFC 3339 UTC with milliseconds."""
     moment = datetime.fromtimestamp(ns / 1e9, tz=UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
-def sign(secret: bytes, body: bytes) -> str:
-    """The signature header's value: ``sha256=`` + hex HMAC-SHA256 of the body."""
-    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
-
-
-def verify(secret: bytes, body: bytes, header: str | bytes) -> bool:
-    """Whether a signature header matches the body (constant-time comparison; never raises).
-
-    Compared as bytes: ``compare_digest`` refuses str with non-ASCII characters, and a
-    receiver must answer a forged header with False, not an exception.
-    """
-    given = header if isinstance(header, bytes) else header.encode("utf-8", "surrogatepass")
-    return hmac.compare_digest(sign(secret, body).encode("ascii"), given)
 
 
 def payload(

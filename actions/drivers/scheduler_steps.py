@@ -11,9 +11,10 @@ from pydantic import JsonValue
 
 from actions import SchedulerError
 from actions.config import Backoff, Scheduler, WorkerConfig
-from actions.executors import Context, DeadLetterSink, Executor, IsolateExecutor, step_letter
-from actions.outcome import Reason, Result, failed, skipped
-from actions.policy import Step
+from actions.drivers.state.executors import IsolateExecutor
+from actions.pipeline.executor import Context, DeadLetterSink, Executor, step_letter
+from actions.pipeline.outcome import Reason, Result, failed, skipped
+from actions.pipeline.policy import Step
 from actions.state.protocols import ComponentStates
 
 # The parts of a node a drain or cordon takes out with it: the node itself, its GPUs, ports.

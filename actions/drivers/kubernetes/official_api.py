@@ -1,4 +1,4 @@
-"""The official Kubernetes client under `actions.kube.Api`: four plain JSON requests.
+"""The official Kubernetes client under `client.Api`: four plain JSON requests.
 
 The client's typed models are not used: c4 reads and writes a few fields of nodes and pods,
 and a plain dict keeps a recreated pod exactly as the server gave it (no field the client's
@@ -15,7 +15,7 @@ from kubernetes import client, config  # the only module that imports the client
 from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
-from actions.kube import ApiStatus, KubeError
+from actions.drivers.kubernetes.client import ApiStatus, KubeError
 
 _JSON = "application/json"
 

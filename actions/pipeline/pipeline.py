@@ -1,10 +1,10 @@
 """The actions pipeline: the stages a diagnosis goes through, composed, and what came of it.
 
 dedup -> plan -> mark -> steps, each step resume -> verdict -> lease -> retry(execute) ->
-record (`actions.stages`, `actions.step_stages`); a dry run is plan -> steps, each step
-verdict -> dry run, and claims, marks and executes nothing. Each step's result is written
-into the claim as it completes; the caller publishes the v1 action records, then `finish`
-marks the diagnosis handled.
+record (`stages`, `step_stages`); a dry run is plan -> steps, each step verdict -> dry run,
+and claims, marks and executes nothing. Each step's result is written into the claim as it
+completes; the caller publishes the v1 action records, then `finish` marks the diagnosis
+handled.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Protocol
 
 from actions import ActionsError
 from actions.config import WorkerConfig
-from actions.executors import Executor
-from actions.outcome import Stop
-from actions.recording import action_record
-from actions.stages import (
+from actions.pipeline.executor import Executor
+from actions.pipeline.outcome import Stop
+from actions.pipeline.recording import action_record
+from actions.pipeline.stages import (
     Chain,
     DedupStage,
     Handling,
@@ -29,9 +29,7 @@ from actions.stages import (
     StepsStage,
     ViewReader,
 )
-from actions.state.model import Claim
-from actions.state.protocols import Claims, NodeLeaves, Placements, SuspectWindow, Transitions
-from actions.step_stages import (
+from actions.pipeline.step_stages import (
     DryRunStage,
     ExecuteStage,
     LeaseStage,
@@ -41,6 +39,8 @@ from actions.step_stages import (
     Sleep,
     VerdictStage,
 )
+from actions.state.model import Claim
+from actions.state.protocols import Claims, NodeLeaves, Placements, SuspectWindow, Transitions
 from schemas.messages import Action, Diagnosis
 
 

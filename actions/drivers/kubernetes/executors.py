@@ -3,7 +3,7 @@
 Chosen by the worker configuration's ``scheduler: {kind: kubernetes}``. Isolation is first
 the cluster state's transition (rate limits, epochs, the claim's fence: the Redis executor),
 then c4's marks on the node that holds the part (cordon, taint, condition), so a refused
-transition marks nothing and a retry after a crash marks nothing twice (`actions.kube`
+transition marks nothing and a retry after a crash marks nothing twice (`client.Kube`
 checks the API server's own state). A restart deletes the job's pods on the failed nodes
 that are older than the finding, so their controller (JobSet, PyTorchJob, Job) places them
 again off the cordoned nodes, and recreates a plain pod off them; it is counted once per
@@ -19,11 +19,16 @@ from collections.abc import Callable
 from pydantic import JsonValue
 
 from actions.config import WorkerConfig
-from actions.executors import Context, DeadLetterSink
-from actions.kube import Kube, KubeError, label_value_ok
-from actions.outcome import Reason, Result, done, failed, skipped
-from actions.policy import Step
-from actions.scheduler_steps import NodeIsolateStep, SchedulerStep, node_of, scheduler_failure
+from actions.drivers.kubernetes.client import Kube, KubeError, label_value_ok
+from actions.drivers.scheduler_steps import (
+    NodeIsolateStep,
+    SchedulerStep,
+    node_of,
+    scheduler_failure,
+)
+from actions.pipeline.executor import Context, DeadLetterSink
+from actions.pipeline.outcome import Reason, Result, done, failed, skipped
+from actions.pipeline.policy import Step
 from actions.state import StateError
 from actions.state.protocols import ComponentStates, Placements, RestartCounts
 from schemas.messages import Diagnosis

@@ -3,7 +3,7 @@
 Chosen by the worker configuration's ``scheduler: {kind: slurm}``. Isolation is first the
 cluster state's transition (rate limits, epochs, the claim's fence: the Redis executor),
 then the drain of the node that holds the part, so a refused transition drains nothing and
-a retry after a crash drains nothing twice (`actions.slurm` checks Slurm's own state). A
+a retry after a crash drains nothing twice (`cli.Slurm` checks Slurm's own state). A
 restart is Slurm's requeue of the job, once per diagnosis, kept off the failed nodes; the
 job's restart count as Slurm keeps it is held against the policy's ``max_restarts``. A
 command that keeps failing is a dead letter (topic ``slurm:<action>``) after its retries.
@@ -17,11 +17,13 @@ from collections.abc import Callable
 from pydantic import JsonValue
 
 from actions.config import Scheduler, WorkerConfig
-from actions.executors import Context, DeadLetterSink
-from actions.outcome import Reason, Result, done, failed, skipped
-from actions.policy import Step
-from actions.scheduler_steps import NodeIsolateStep, SchedulerStep, node_of, scheduler_failure
-from actions.slurm import (
+from actions.drivers.scheduler_steps import (
+    NodeIsolateStep,
+    SchedulerStep,
+    node_of,
+    scheduler_failure,
+)
+from actions.drivers.slurm.cli import (
     MARK_PREFIX,
     Answer,
     JobInfo,
@@ -29,6 +31,9 @@ from actions.slurm import (
     SlurmError,
     drain_reason,
 )
+from actions.pipeline.executor import Context, DeadLetterSink
+from actions.pipeline.outcome import Reason, Result, done, failed, skipped
+from actions.pipeline.policy import Step
 from actions.state import StateError
 from actions.state.components import ComponentStore
 from actions.state.model import TransitionRequest

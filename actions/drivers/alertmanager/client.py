@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 
 import orjson
 
-from actions.alertmanager_v2 import HORIZON_PERIODS, Kept, alerts_url, kept_for
 from actions.config import Receiver
-from actions.outcome import StepSummary
+from actions.drivers.alertmanager.v2 import HORIZON_PERIODS, Kept, alerts_url, kept_for
+from actions.pipeline.outcome import StepSummary
 from actions.state.protocols import ActiveAlerts
 from actions.webhook import Answer, post_json
 from schemas.messages import Diagnosis

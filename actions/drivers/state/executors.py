@@ -1,101 +1,34 @@
-"""The executors: one per action name, each with one small interface (`Executor.execute`).
+"""The executors that act on the cluster state alone: isolate (a mark, compared against its
+epoch) and restart (spares from the pool, the placement published, the launcher called).
 
-The pipeline looks an action up by name in a mapping, so a new action (reroute) is one more
-entry, not a change of the pipeline. An executor changes state only through the stores'
-scripts (atomic, fenced by the claim, compared against epochs), reached through the narrow
-Protocols of `actions.state.protocols` it needs, and answers with a `Result`.
+Each changes state only through the stores' scripts (atomic, fenced by the claim, compared
+against epochs), reached through the narrow Protocols of `actions.state.protocols` it needs.
 """
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Callable
 
 import orjson
 from pydantic import JsonValue
 
-from actions.alertmanager import payload
-from actions.alertmanager_client import AlertmanagerClient, MemoryAlerts
-from actions.alertmanager_v2 import Kept
-from actions.config import Backoff, Receiver, WorkerConfig
+from actions.config import WorkerConfig
 from actions.launcher import JobLauncher
-from actions.outcome import Reason, Result, StepSummary, done, failed, skipped
-from actions.policy import Step
+from actions.pipeline.executor import Context, Executor
+from actions.pipeline.outcome import Reason, Result, done, failed, skipped
+from actions.pipeline.policy import Step
 from actions.state.model import (
     AllocationRequest,
-    Claim,
     RateLimits,
     Transition,
     TransitionRequest,
     allocation_field,
 )
 from actions.state.protocols import Allocations, ClaimRecords, ComponentStates
-from actions.webhook import Answer, post_json
-from schemas.messages import Deadletter, Diagnosis, Job
+from schemas.messages import Diagnosis, Job
 
 JobSink = Callable[[Job], None]  # publish a job message on c4.job.v1 and wait for delivery
-DeadLetterSink = Callable[[Deadletter, str], None]  # publish a dead letter under a key
 Checkpoint = Callable[[str], None]  # named points of an executor (a test hook can crash there)
-PostFn = Callable[[str, bytes, float, bytes | None], Answer]  # one signed POST
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    """What an executor knows of the diagnosis it acts on (``partition``: the partition of
-    the diagnosis topic it was read from; an alert kept for resending is resent by its owner)."""
-
-    diagnosis: Diagnosis
-    claim: Claim
-    earlier: tuple[StepSummary, ...]
-    actor: str
-    now_ns: int
-    partition: int = 0
-
-    @property
-    def now_ms(self) -> int:
-        """Wall-clock milliseconds (rate-limit windows)."""
-        return self.now_ns // 1_000_000
-
-
-class Executor(abc.ABC):
-    """One action: execute a step and say what came of it."""
-
-    name: ClassVar[str]
-    # Whether the action also runs when its diagnosis resolves, to undo what it did (reroute
-    # gives the link back); the others act on firing diagnoses only.
-    undoes: ClassVar[bool] = False
-
-    @abc.abstractmethod
-    def execute(self, step: Step, context: Context) -> Result:
-        """One attempt; a failed result with ``retryable`` set is tried again with backoff."""
-
-    def retry_for(self, step: Step) -> Backoff | None:
-        """Tries and backoff for this step; None: the worker's default."""
-        del step
-        return None
-
-    def give_up(self, step: Step, result: Result, context: Context) -> None:
-        """Called once when a step failed for good (after its last try)."""
-        del step, result, context
-
-    def preview(self, step: Step, diagnosis: Diagnosis) -> list[str]:
-        """What ``execute`` would run outside c4 (commands), for a dry run; none by default."""
-        del step, diagnosis
-        return []
-
-
-def step_letter(topic: str, context: Context, result: Result, payload: str) -> Deadletter:
-    """The dead letter of a step that failed for good: where it was going, why, what."""
-    return Deadletter(
-        v=1,
-        kind="deadletter",
-        topic=topic,
-        ts_ns=context.now_ns,
-        error=result.message,
-        payload=payload,
-    )
 
 
 def limits_of(config: WorkerConfig) -> RateLimits:
@@ -271,96 +204,3 @@ class RestartExecutor(Executor):
             return failed(Reason.NO_SPARE, message, node=answer[1])
         which = answer[1] if len(answer) > 1 else "?"
         return skipped(Reason.RATE_LIMITED, f"{which} rate limit reached", limit=which)
-
-
-class AlertExecutor(Executor):
-    """POST one alert step: the signed webhook payload to a webhook receiver, the v2 alert to
-    an Alertmanager (`actions.alertmanager_client`); dead letter when it gives up."""
-
-    name = "alert"
-
-    def __init__(
-        self,
-        config: WorkerConfig,
-        dead_letter: DeadLetterSink,
-        post: PostFn | None = None,
-        alertmanagers: AlertmanagerClient | None = None,
-        alertmanager_letter: DeadLetterSink | None = None,
-    ) -> None:
-        self._receivers: Mapping[str, Receiver] = {r.name: r for r in config.receivers}
-        self._external_url = config.external_url
-        self._dead_letter = dead_letter
-        self._post = post or _default_post
-        self._alertmanagers = alertmanagers or AlertmanagerClient(
-            config.receivers, MemoryAlerts(), config.external_url
-        )
-        self._alertmanager_letter = alertmanager_letter or dead_letter
-
-    def _kept(self, receiver: Receiver, step: Step, context: Context) -> Kept:
-        return self._alertmanagers.alert(
-            receiver,
-            context.diagnosis,
-            step.target,
-            context.now_ns,
-            context.earlier,
-            step.nodes if step.escalation else (),
-            context.partition,
-        )
-
-    def body(self, step: Step, context: Context) -> bytes:
-        """The request body (identical on every try)."""
-        receiver = self._receivers[step.receiver or ""]
-        if receiver.kind == "alertmanager":
-            kept = self._kept(receiver, step, context)
-            return self._alertmanagers.body(receiver, [kept], context.now_ns)
-        return orjson.dumps(
-            payload(
-                context.diagnosis,
-                receiver.name,
-                step.target,
-                context.earlier,
-                step.nodes if step.escalation else (),
-                self._external_url,
-            )
-        )
-
-    def execute(self, step: Step, context: Context) -> Result:
-        receiver = self._receivers.get(step.receiver or "")
-        if receiver is None:
-            return skipped(Reason.NO_RECEIVER, f"no receiver named {step.receiver!r}")
-        detail: dict[str, JsonValue] = {"receiver": receiver.name}
-        if step.escalation:
-            detail["escalation"] = "blast_radius"
-        if receiver.kind == "alertmanager":
-            kept = self._kept(receiver, step, context)
-            answer = self._alertmanagers.send(receiver, context.diagnosis, kept, context.now_ns)
-        else:
-            secret = receiver.secret.get_secret_value().encode() if receiver.secret else None
-            body = self.body(step, context)
-            answer = self._post(receiver.url, body, receiver.timeout_s, secret)
-        if answer.ok:
-            return done(**detail, http_status=answer.status)
-        reason = Reason.RECEIVER_UNAVAILABLE if answer.retryable else Reason.RECEIVER_REJECTED
-        what = "alertmanager" if receiver.kind == "alertmanager" else "receiver"
-        message = f"{what} {receiver.name}: {answer.error}"
-        return failed(reason, message, answer.retryable, **detail)
-
-    def retry_for(self, step: Step) -> Backoff | None:
-        receiver = self._receivers.get(step.receiver or "")
-        return receiver.retry if receiver else None
-
-    def give_up(self, step: Step, result: Result, context: Context) -> None:
-        receiver = self._receivers.get(step.receiver or "")
-        if receiver is None:
-            return
-        body = self.body(step, context).decode()
-        if receiver.kind == "alertmanager":
-            letter = step_letter(f"alertmanager:{receiver.name}", context, result, body)
-            self._alertmanager_letter(letter, receiver.name)
-            return
-        letter = step_letter(f"webhook:{receiver.name}", context, result, body)
-        self._dead_letter(letter, receiver.name)
-
-
-def _default_post(url: str, body: bytes, timeout_s: float, secret: bytes | None) -> Answer:
-    return post_json(url, body, timeout_s, secret)

@@ -12,8 +12,8 @@ import hashlib
 
 import orjson
 
-from actions.outcome import Reason, Result
-from actions.policy import Plan, Step
+from actions.pipeline.outcome import Reason, Result
+from actions.pipeline.policy import Plan, Step
 from schemas.messages import Action, Diagnosis
 
 STEP_FIELD = "step:"  # + the step's key: its result

@@ -1,9 +1,9 @@
-"""The stages one step of a plan goes through; `actions.pipeline` composes them.
+"""The stages one step of a plan goes through; `actions.pipeline.pipeline` composes them.
 
 resume -> verdict -> lease -> retry(execute) -> record, or in a dry run verdict -> dry run.
 A step is decided by the first of resume (its result recorded in the claim by an earlier
 try), verdict (the policy decided it), dry run and retry that has a result; the stages after
-the deciding one pass it through. Each answers a `StageResult` (`actions.stages.Stage`).
+the deciding one pass it through. Each answers a `StageResult` (`actions.pipeline.stages.Stage`).
 
 - lease: renew the claim's lease before acting; fenced when another worker took it over.
 - retry: try the step while its result is a retryable failure, with exponential backoff,
@@ -24,11 +24,20 @@ from typing import Protocol
 from pydantic import JsonValue
 
 from actions.config import Backoff
-from actions.executors import Context, Executor
-from actions.outcome import GO, Reason, Result, StageResult, StepSummary, Stop, skipped, stop
-from actions.policy import Step
-from actions.recording import STEP_FIELD, result_from_json, result_json
-from actions.stages import Clock, StepRun
+from actions.pipeline.executor import Context, Executor
+from actions.pipeline.outcome import (
+    GO,
+    Reason,
+    Result,
+    StageResult,
+    StepSummary,
+    Stop,
+    skipped,
+    stop,
+)
+from actions.pipeline.policy import Step
+from actions.pipeline.recording import STEP_FIELD, result_from_json, result_json
+from actions.pipeline.stages import Clock, StepRun
 from actions.state.protocols import ClaimRecords, Claims
 
 Sleep = Callable[[float], None]

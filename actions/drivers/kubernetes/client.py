@@ -60,7 +60,7 @@ class Answer(StrEnum):
 
 
 class Api(Protocol):
-    """The few API requests c4 makes (`actions.kube_api.ClientApi` is the real one)."""
+    """The few API requests c4 makes (the real ones: `official_api.ClientApi`)."""
 
     def get(self, path: str) -> dict[str, Any]:
         """GET a resource; KubeError (status 404 included) when it fails."""

@@ -1,17 +1,17 @@
-"""The stages a diagnosis goes through, each one job; `actions.pipeline` composes them.
+"""The stages a diagnosis goes through, each one job; `actions.pipeline.pipeline` composes them.
 
 Alertmanager's notify pipeline, for diagnoses: a stage takes what the earlier stages found
 (a `Handling`, or a `StepRun` for one step) and answers a `StageResult` of
-`actions.outcome`: go on, or stop with a `Stop` reason (duplicate, busy, fenced) and whether
+`outcome`: go on, or stop with a `Stop` reason (duplicate, busy, fenced) and whether
 a later try may help. A `Chain` runs its stages in order until one stops.
 
 - dedup: claim the diagnosis (id and state); a handled one is a duplicate, one held by a
   live worker is busy (retryable after its lease), a claim whose lease ran out is taken over
   and its record is read back, so that its steps are resumed, not repeated.
-- plan: the plan recorded in the claim, or `actions.policy.plan` on a `View` of the state
+- plan: the plan recorded in the claim, or `actions.pipeline.policy.plan` on a `View` of the state
   read for this diagnosis, recorded in the claim.
 - mark: components named but not isolated become suspect; resolved, healthy again.
-- steps: each step of the plan through the step stages (`actions.step_stages`).
+- steps: each step of the plan through the step stages (`actions.pipeline.step_stages`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Generic, Protocol, TypeVar
 
 from actions import ActionsError
 from actions.config import Policy, WorkerConfig
-from actions.outcome import GO, Reason, Result, StageResult, Stop, stop
-from actions.policy import Plan, Step, View, kept_out, plan, suspect_nodes
-from actions.recording import PLAN_FIELD, plan_from_json, plan_json
+from actions.pipeline.outcome import GO, Reason, Result, StageResult, Stop, stop
+from actions.pipeline.policy import Plan, Step, View, kept_out, plan, suspect_nodes
+from actions.pipeline.recording import PLAN_FIELD, plan_from_json, plan_json
 from actions.state.model import Claim, TransitionRequest
 from actions.state.protocols import (
     ClaimRecords,

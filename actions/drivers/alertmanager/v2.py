@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import orjson
 from pydantic import JsonValue
 
-from actions.alertmanager import rfc3339
-from actions.outcome import StepSummary
+from actions.drivers.alertmanager.payload import rfc3339
+from actions.pipeline.outcome import StepSummary
 from schemas.messages import Diagnosis
 from schemas.places import suspect_place
 

@@ -1,0 +1,1 @@
+"""The drivers: the executors of the actions, one folder per system they act on."""

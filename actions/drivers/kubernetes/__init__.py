@@ -1,0 +1,1 @@
+"""The Kubernetes driver: cordon and taint nodes, delete and re-create a job's pods."""
