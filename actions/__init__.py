@@ -1,4 +1,4 @@
-"""Action workers, the traffic planner and the Redis-held cluster state."""
+"""Action workers: the pipeline of a diagnosis, the drivers, the Redis-held cluster state."""
 
 
 class ActionsError(Exception):
