@@ -97,6 +97,7 @@ class FabricCorrelator:
         """
         votes: Counter[str] = Counter()
         jobs: dict[str, set[str]] = defaultdict(set)
+        voters: dict[str, list[SlowPath]] = defaultdict(list)
         exact = True
         current = {(p.job, p.flow): p for p in slow_paths}
         vias: dict[tuple[str, str], tuple[str | None, int]] = {}
@@ -148,6 +149,7 @@ class FabricCorrelator:
             for link in candidates:
                 votes[link] += 1
                 jobs[link].add(path.job)
+                voters[link].append(path)
         out: list[Diagnosis] = []
         if votes:
             best, count = votes.most_common(1)[0]
@@ -155,7 +157,7 @@ class FabricCorrelator:
             still_open = [link for link in tied if self.book.is_open(None, "link_degraded", link)]
             if still_open:
                 named.add(still_open[0])  # the evidence still fits the link already named
-            elif count >= MIN_PATHS:
+            elif count >= MIN_PATHS and not _one_port_on_all(voters[best]):
                 suspect: SuspectScore | None
                 if len(tied) == 1:
                     suspect = SuspectScore("link", best, 0.92 if exact else 0.7)
@@ -276,6 +278,19 @@ class FabricCorrelator:
             return None
         switch, count = ends.most_common(1)[0]
         return SuspectScore("switch", switch, 0.6) if count == len(links) else None
+
+
+def _one_port_on_all(paths: list[SlowPath]) -> bool:
+    """Whether one NIC port lies on every one of these slow paths: that port explains them
+    (a degraded port slows what it sends and what it receives), not the link or switch they
+    share. A fabric finding needs slow paths from several distinct endpoints."""
+    common: set[str] | None = None
+    for path in paths:
+        ends = {path.src_port, path.dst_port}
+        common = ends if common is None else common & ends
+        if not common:
+            return False
+    return bool(common)
 
 
 class FabricHub:

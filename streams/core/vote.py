@@ -15,8 +15,10 @@ from streams.core.stats import median_of
 from streams.core.throughput import ConnThroughputs
 
 # Job-wide port vote: a port is slow when at least this many of its connections, and this
-# share of all it carries, are slow against the job-wide baseline of their kind.
-JOB_VOTE_MIN_CONNS = 3
+# share of all it carries, are slow against the job-wide baseline of their kind. A port of
+# a data-parallel ring carries two (the one it sends, the one it receives): a degraded port
+# slows both, a slow fabric link or a slow peer only one of them.
+JOB_VOTE_MIN_CONNS = 2
 JOB_VOTE_SHARE = 0.75
 # This many ports of one node singled out together (no counters moving) are not port faults.
 CROWDED_NODE_PORTS = 3

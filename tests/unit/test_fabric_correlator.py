@@ -38,12 +38,12 @@ def topology(spines: int = 2) -> Topology:
 
 
 def routes(job: RingJob) -> list[Route]:
-    """Every ring connection's planned spine: node-crossing ones alternate the spines."""
+    """Every ring connection's planned spine: the slow ones over spine-a-0, others not."""
     out = []
     for rank in range(job.n):
         node, _, port = job.place(rank)
         flow = f"{job.job}/{job.comm}/{rank}->{(rank + 1) % job.n}"
-        via = "spine-a-0" if rank == 7 else "spine-a-1"
+        via = "spine-a-0" if rank in job.slow_conn or rank == 7 else "spine-a-1"
         out.append(
             Route(
                 v=1,
@@ -97,12 +97,14 @@ def test_without_topology_the_job_names_the_ports_of_its_slow_path() -> None:
 
 
 def test_paths_of_one_leaf_pair_name_the_spine_they_share() -> None:
-    # Both links of one path are equally suspect: the spine they share is named instead,
-    # once the tie has lasted (more paths usually break it first).
+    # Both links of one leaf pair's paths are equally suspect: the spine they share is
+    # named instead, once the tie has lasted (more paths usually break it first). The two
+    # slow paths leave from distinct ports (rank 7 of one job, rank 15 of the other, the
+    # way back): no one port explains them.
     jobs = two_jobs(slow=True)
     jobs[0] = dataclasses.replace(jobs[0], ops=300)
     jobs[1] = RingJob(
-        job="job-2", first_node=0, slow_conn={7: (40, 0.5)}, seed=2, comm="c1", ops=300
+        job="job-2", first_node=0, slow_conn={15: (40, 0.5)}, seed=2, comm="c1", ops=300
     )
     found = [d for d in run(jobs) if d.state == "firing"]
     assert [(d.class_, d.suspects[0].type, d.suspects[0].id) for d in found] == [
