@@ -14,6 +14,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
+  # The distribution was called c4 before (a name PyPI gives another project): its editable
+  # install's finder would go on mapping the packages, so it goes first.
+  if .venv/bin/python -m pip show -q c4 >/dev/null 2>&1; then
+    .venv/bin/python -m pip uninstall -q -y c4
+  fi
   .venv/bin/python -m pip install -q -e '.[dev]'
   echo "$want" > "$stamp"
 fi

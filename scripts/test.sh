@@ -14,5 +14,6 @@ mypy
 c4 schemas check
 # The dashboard's browser test drives Debian's headless Chromium.
 command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+command -v dot >/dev/null || { apt-get update -qq && apt-get install -y -qq graphviz; }
 pytest "$@"
 echo "test command finished in $(( $(date +%s) - started )) s"
