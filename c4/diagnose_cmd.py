@@ -16,6 +16,7 @@ from schemas.codec import Rejection, decode, encode
 from schemas.files import Topology
 from streams.core.engine import Engine
 from streams.core.params import DetectorParams
+from streams.core.stage import DetectionStage
 from streams.replay import ReplayStats, replay
 
 if TYPE_CHECKING:
@@ -44,8 +45,8 @@ def fewer_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
-def load_placements(engine: Engine, path: str) -> None:
-    """Feed the engine a file of job (or member) messages; bad lines are reported and
+def load_placements(stage: DetectionStage, path: str) -> None:
+    """Feed the stage a file of job (or member) messages; bad lines are reported and
     skipped, and a file of which none is valid is an `InputError`."""
     taken = rejected = 0
     try:
@@ -64,7 +65,7 @@ def load_placements(engine: Engine, path: str) -> None:
                 print(f"{path} line {number}: {reason}", file=sys.stderr)
                 continue
             taken += 1
-            engine.process(job)  # a placement, or a rank's member report
+            stage.on_message(job)  # a placement, or a rank's member report
     if rejected and not taken:
         message = f"{path}: no valid job message ({rejected} rejected)"
         raise InputError(message)

@@ -4,9 +4,10 @@ What runs where, with several workers in one consumer group:
 - every input topic has the same partition count and is keyed by job (collective, job) or
   node (link, gpu), so Faust gives partition p of all of them to one worker: a job's state,
   and a node's, live only with its partition;
-- that state is snapshotted into the ``job-state`` and ``node-state`` tables (changelog
-  topics, same partitioning), so a restarted worker or the next owner after a rebalance goes
-  on from it (`streams.durable`);
+- detection is one stage (`streams.core.stage.DetectionStage`, the engine), driven by the
+  live runtime (`streams.live.LiveDetection`): its state is snapshotted per key into the
+  ``job-state`` and ``node-state`` tables (changelog topics, same partitioning), so a
+  restarted worker or the next owner after a rebalance goes on from it (`streams.durable`);
 - placements, port health and route plans go to the ``shared-facts`` global table that every
   worker holds (`streams.shared`);
 - each worker sends its jobs' changed slow paths to the one-partition ``fabric-paths`` topic,
@@ -40,7 +41,8 @@ from streams.core.findings import OpenFinding
 from streams.core.params import DetectorParams
 from streams.core.slowpath import SlowPath
 from streams.core.snapshot import SnapshotError, base_key, read_snapshot, write_snapshot
-from streams.durable import DurableDetection
+from streams.core.stage import JOB, NODE, StateKey
+from streams.durable import SnapshotStore
 from streams.intake_app import INPUT_TOPICS, create_app
 from streams.live import InputLag, LiveDetection
 from streams.metrics import StreamMetrics
@@ -106,7 +108,7 @@ class DetectionWorker:
     """The pieces of one detection worker, for the command line and the tests."""
 
     app: faust.App
-    detection: DurableDetection
+    detection: LiveDetection
     hub: FabricHub
     metrics: StreamMetrics
 
@@ -132,10 +134,10 @@ class WorkerTopics:
         """The partition of a key in every input topic."""
         return partition_of(key, self.partitions)
 
-    def owner_tp(self, kind: str, key: str) -> TP:
+    def owner_tp(self, key: StateKey) -> TP:
         """The topic partition whose owner holds a job's (or a node's) state."""
-        topic = self.names["collective"] if kind == "job" else self.names["link"]
-        return TP(topic, self.partition(key))
+        topic = self.names["collective"] if key.kind == JOB else self.names["link"]
+        return TP(topic, self.partition(key.id))
 
     def revoked_of(self, revoked: Iterable[TP], kind: str) -> set[int]:
         """The partitions of the ``kind`` topic among revoked topic partitions."""
@@ -181,7 +183,7 @@ def create_detection_app(
 ) -> DetectionWorker:
     """A Faust app that detects, keeps its state in tables and publishes diagnoses."""
     flow = DetectionFlow(config, metrics or StreamMetrics(), monotonic)
-    return DetectionWorker(flow.app, flow.durable, flow.hub, flow.metrics)
+    return DetectionWorker(flow.app, flow.live, flow.hub, flow.metrics)
 
 
 class DetectionFlow:
@@ -191,6 +193,8 @@ class DetectionFlow:
     (the timer), ``correlate`` (the agent of the ``fabric-paths`` topic) and ``forget``
     (partitions revoked). Built in dependency order: the app takes the handlers, the tables
     come from the app, the detection from the tables; no handler runs before the app starts.
+    It holds the stage it built (the engine) for what the stage hands out besides diagnoses
+    (placements, slow paths, open findings); the live runtime drives it.
     """
 
     def __init__(
@@ -210,7 +214,7 @@ class DetectionFlow:
         self.app = _app(config, topics, self.feed, metrics)
         tables = StateTables.create(self.app, config.partitions)
         self.facts = TableFacts(tables.shared)
-        engine = Engine(
+        self.stage = Engine(
             config.params,
             config.job_params,
             config.topology,
@@ -218,14 +222,15 @@ class DetectionFlow:
             local_fabric=False,
             progress=self.lag,
         )
-        live = LiveDetection(engine, clock_rate=config.clock_rate, metrics=metrics)
-        self.durable = DurableDetection(
-            live,
-            tables.jobs,
-            tables.nodes,
+        store = SnapshotStore(
+            {JOB: tables.jobs, NODE: tables.nodes},
             self.owns,
             snapshot_interval_s=config.snapshot_interval_s,
             monotonic=monotonic,
+            metrics=metrics,
+        )
+        self.live = LiveDetection(
+            self.stage, clock_rate=config.clock_rate, metrics=metrics, store=store
         )
         self.hub = FabricHub(config.topology, config.params.tick_ns)
         self._diagnoses = self.app.topic(
@@ -253,9 +258,9 @@ class DetectionFlow:
         self.app.timer(interval=config.tick_s)(self.tick)
         self.app.on_partitions_revoked.connect(self.forget)
 
-    def owns(self, kind: str, key: str) -> bool:
-        """Whether this worker holds the partition of a job ("job") or a node now."""
-        return self.topics.owner_tp(kind, key) in self.app.consumer.assignment()
+    def owns(self, key: StateKey) -> bool:
+        """Whether this worker holds the partition of a job or a node now."""
+        return self.topics.owner_tp(key) in self.app.consumer.assignment()
 
     async def publish(self, found: list[Diagnosis]) -> None:
         """Send diagnoses to the diagnosis topic, keyed by job (or the fabric's key)."""
@@ -267,9 +272,7 @@ class DetectionFlow:
 
     def export_findings(self) -> None:
         """The open findings of the partitions held here, for ``c4_finding_open``."""
-        self.metrics.set_open_findings(
-            self.durable.engine.open_findings() + self._fabric.open_findings()
-        )
+        self.metrics.set_open_findings(self.stage.open_findings() + self._fabric.open_findings())
 
     async def feed(self, key: str | None, message: C4Model) -> None:
         """One decoded input record: note its offset, detect, share its facts, publish."""
@@ -283,10 +286,10 @@ class DetectionFlow:
             )
         if self.lag.stale:
             self.remeasure()
-        found = self.durable.on_message(message)
-        self.facts.learn(message, self.durable.engine)
+        found = self.live.on_message(message)
+        self.facts.learn(message, self.stage)
         await self.publish(found)
-        for placement in self.durable.engine.drain_placements():
+        for placement in self.stage.drain_placements():
             # Assembled from the ranks' reports: on the job topic for the action workers
             # (and back to this worker, where the same placement changes nothing).
             await self._placements.send(key=placement.job.encode(), value=encode(placement))
@@ -310,7 +313,7 @@ class DetectionFlow:
         behind, collective_parts = measured
         behind["job"] |= elsewhere
         self.lag.update(behind, collective_parts)
-        self.durable.engine.alignment.refresh()
+        self.stage.on_progress()
 
     async def tick(self) -> None:
         """The timer: progress, the detectors' timers, changed slow paths, consumer lag."""
@@ -320,7 +323,7 @@ class DetectionFlow:
         )
         if elsewhere is not None:
             self._placements_elsewhere = elsewhere
-        found = self.durable.on_timer()
+        found = self.live.on_timer()
         await self.publish(found)
         self.export_findings()  # also what a takeover restored, a revocation dropped
         await self._report_paths()
@@ -330,10 +333,9 @@ class DetectionFlow:
 
     async def _report_paths(self) -> None:
         """Send the jobs' slow paths that changed, and the clock, to the correlator."""
-        engine = self.durable.engine
-        changed = engine.drain_slow_paths()
+        changed = self.stage.drain_slow_paths()
         report = {
-            "now_ns": engine.now_ns,
+            "now_ns": self.stage.now_ns,
             "paths": {job: [_path_row(p) for p in paths] for job, paths in changed.items()},
         }
         if report["now_ns"]:
@@ -342,15 +344,12 @@ class DetectionFlow:
     async def forget(self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         """Partitions revoked: hand their jobs, nodes (and the correlator) over."""
         revoked = args[0] if args else kwargs.get("revoked", set())
-        topics, durable = self.topics, self.durable
+        topics, live = self.topics, self.live
         self.lag.reset()
         self._placements_elsewhere = None  # of the old assignment: the timer asks anew
-        gone = topics.revoked_of(revoked, "collective")
-        gone_nodes = topics.revoked_of(revoked, "link")
-        durable.on_revoked("job", [j for j in durable.held("job") if topics.partition(j) in gone])
-        durable.on_revoked(
-            "node", [n for n in durable.held("node") if topics.partition(n) in gone_nodes]
-        )
+        for kind, topic in ((JOB, "collective"), (NODE, "link")):
+            gone = topics.revoked_of(revoked, topic)
+            live.on_revoked([key for key in live.held(kind) if topics.partition(key.id) in gone])
         if any(tp.topic == topics.fabric_paths for tp in revoked):
             self._fabric.revoke()
         self.export_findings()  # not one scrape more of what the next owner exports now

@@ -1,10 +1,12 @@
-"""Detector state that outlives the worker: snapshots in changelog-backed tables.
+"""Detector state that outlives the worker: each key's snapshot in a changelog-backed table.
 
 The Faust app hands this module plain mappings (its tables); nothing here imports Faust, so
-the restore logic is tested with dicts. A job's state is keyed by the job (the key of its
-collective and job messages), a node's hardware state by the node (the key of its link and
-gpu messages): a table partition travels with its topic partition on a rebalance, so the
-worker that takes a partition over finds the state of exactly its jobs and nodes.
+the restore logic is tested with dicts. It reads and writes a stage's state only through
+`streams.core.stage.DetectionStage` (``snapshot``, ``restore``, ``drop``). A job's state is
+keyed by the job (the key of its collective and job messages), a node's hardware state by the
+node (the key of its link and gpu messages): a table partition travels with its topic
+partition on a rebalance, so the worker that takes a partition over finds the state of
+exactly its jobs and nodes.
 
 When state is written: at once when a finding fires or resolves (a restarted worker must not
 publish it again), otherwise every ``snapshot_interval_s`` for what changed since, or less
@@ -19,12 +21,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from schemas.base import C4Model
-from schemas.messages import Collective, Collectives, Diagnosis, Gpu, Job, Link, Member
-from streams.core.hardware import node_of
+from schemas.messages import Diagnosis
 from streams.core.snapshot import (
     SnapshotError,
     StateTable,
@@ -33,11 +33,11 @@ from streams.core.snapshot import (
     read_snapshot,
     write_snapshot,
 )
-from streams.live import LiveDetection
+from streams.core.stage import DetectionStage, StateKey
+from streams.metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
 
-HARDWARE_CLASSES = frozenset({"link_down", "gpu_fault"})
 # The share of wall time periodic snapshots may take: the interval stretches to keep to it.
 SNAPSHOT_BUDGET = 0.1
 
@@ -51,162 +51,125 @@ class SnapshotCounters:
     unreadable: int = 0
 
 
-def owner_key(message: C4Model) -> tuple[str, str] | None:
-    """("job", id) or ("node", id): whose state a message changes; None for shared facts."""
-    if isinstance(message, Collective | Collectives | Job | Member):
-        return "job", message.job
-    if isinstance(message, Link | Gpu):
-        return "node", message.node
-    return None
+class SnapshotStore:
+    """A stage's per-key state in one state table per kind of key (``tables``).
 
-
-class DurableDetection:
-    """`LiveDetection` whose per-job and per-node state is kept in two state tables.
-
-    ``owns(kind, key)`` says whether this worker holds the partition of a job or node now;
-    state of anything else in the tables (a standby copy, a partition just revoked) is left
-    alone.
+    ``owns(key)`` says whether this worker holds the partition of a key now; state of
+    anything else in the tables (a standby copy, a partition just revoked) is left alone.
+    A key is taken over from its table the first time this worker sees it (``adopt``), or
+    from the timer for every owned key the tables hold (``adopt_owned``).
     """
 
     def __init__(
         self,
-        live: LiveDetection,
-        job_states: StateTable,
-        node_states: StateTable,
-        owns: Callable[[str, str], bool],
+        tables: Mapping[str, StateTable],
+        owns: Callable[[StateKey], bool],
         *,
         snapshot_interval_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
+        metrics: StreamMetrics | None = None,
     ) -> None:
-        self.live = live
-        self.engine = live.engine
-        self._tables = {"job": job_states, "node": node_states}
+        self._tables = dict(tables)
         self._owns = owns
         self._interval_s = snapshot_interval_s
         self._monotonic = monotonic
+        self._metrics = metrics or StreamMetrics()
         self._last_save = monotonic()
         self._save_cost_s = 0.0  # how long the last snapshot round took
-        self._dirty: set[tuple[str, str]] = set()
-        # Ids this worker took over or looked up already: not read from the table again.
-        self._adopted: set[tuple[str, str]] = set()
+        self._dirty: set[StateKey] = set()
+        # Keys this worker took over or looked up already: not read from the table again.
+        self._adopted: set[StateKey] = set()
         self.counters = SnapshotCounters()
 
-    # --- input ---------------------------------------------------------------------------
-    def on_message(self, message: C4Model) -> list[Diagnosis]:
-        """One decoded message: restore its job or node first if this worker just got it."""
-        owner = owner_key(message)
-        if owner is not None:
-            self._adopt(owner)
-            self._dirty.add(owner)
-        found = self.live.on_message(message)
-        if found:
-            self._dirty.update(self._owners_of(found))
-            self.save(self._dirty)
-        return found
+    # --- around the stage's input ---------------------------------------------------------
+    def before_message(self, stage: DetectionStage, key: StateKey | None) -> None:
+        """A message of ``key`` comes: restore the key first if this worker just got it."""
+        if key is not None:
+            self.adopt(stage, key)
+            self._dirty.add(key)
 
-    def on_timer(self) -> list[Diagnosis]:
-        """Take over what the tables hold for newly owned partitions; tick; save."""
-        self.adopt_owned()
-        found = self.live.on_timer()
+    def after_message(self, stage: DetectionStage, found: list[Diagnosis]) -> None:
+        """A finding fired or resolved: its key's state is written at once (a restarted
+        worker must not publish it again)."""
         if found:
-            self._dirty.update(self._owners_of(found))
-            self.save(self._dirty)
+            self._dirty.update(self._keys_of(stage, found))
+            self.save(stage, self._dirty)
+
+    def after_timer(self, stage: DetectionStage, found: list[Diagnosis]) -> None:
+        """After the timer: at once what a finding changed, else what changed since the
+        last round, once ``snapshot_every_s`` passed."""
+        if found:
+            self.after_message(stage, found)
         elif self._monotonic() - self._last_save >= self.snapshot_every_s():
-            self.save(self._dirty)
-        return found
+            self.save(stage, self._dirty)
 
     def snapshot_every_s(self) -> float:
         """The periodic snapshot interval now: the configured one, or longer while a round
         of snapshots costs more than `SNAPSHOT_BUDGET` of it."""
         return max(self._interval_s, self._save_cost_s / SNAPSHOT_BUDGET)
 
-    def on_revoked(self, kind: str, keys: Iterable[str]) -> None:
-        """Partitions went to another worker: forget their jobs or nodes (not their state)."""
+    def revoke(self, stage: DetectionStage, keys: Iterable[StateKey]) -> None:
+        """Partitions went to another worker: save what changed of their keys, then drop
+        them from the stage (not from the tables: the next owner goes on from there)."""
         keys = list(keys)
         if keys:
-            log.info("partitions revoked: handing over %d %s(s)", len(keys), kind)
+            log.info("partitions revoked: handing over %d %s(s)", len(keys), keys[0].kind)
         for key in keys:
-            owner = (kind, key)
-            if owner in self._dirty:
-                self.save([owner])
-            if kind == "job":
-                self.engine.drop_job(key)
-            else:
-                self.engine.drop_node(key)
-            self._adopted.discard(owner)
-
-    def held(self, kind: str) -> list[str]:
-        """The jobs or nodes whose state this worker holds now."""
-        if kind == "job":
-            # Also a job whose every report waits for link reports (no detector yet).
-            return list(dict.fromkeys((*self.engine.jobs, *self.engine.alignment.waiting)))
-        return sorted(self.engine.hardware.nodes())
+            if key in self._dirty:
+                self.save(stage, [key])
+            stage.drop(key)
+            self._adopted.discard(key)
 
     # --- state ---------------------------------------------------------------------------
-    def adopt_owned(self) -> None:
-        """Restore every job and node of the tables that this worker owns and lacks."""
+    def adopt_owned(self, stage: DetectionStage) -> None:
+        """Restore every key of the tables that this worker owns and has not taken yet."""
         for kind, table in self._tables.items():
             for raw in list(table.keys()):
                 if is_part_key(raw):
                     continue  # a part of a large snapshot, read with its head
-                key = raw.decode("utf-8", errors="replace")
-                if (kind, key) not in self._adopted and self._owns(kind, key):
-                    self._adopt((kind, key))
+                key = StateKey(kind, raw.decode("utf-8", errors="replace"))
+                if key not in self._adopted and self._owns(key):
+                    self.adopt(stage, key)
 
-    def _adopt(self, owner: tuple[str, str]) -> None:
-        if owner in self._adopted:
+    def adopt(self, stage: DetectionStage, key: StateKey) -> None:
+        """Restore ``key`` from its table, once (nothing there: it starts afresh)."""
+        if key in self._adopted:
             return
-        self._adopted.add(owner)
-        kind, key = owner
+        self._adopted.add(key)
         try:
-            state = read_snapshot(self._tables[kind], key.encode())
+            state = read_snapshot(self._tables[key.kind], key.id.encode())
             if state is None:
                 return
-            if kind == "job":
-                self.engine.restore_job(key, state)
-            else:
-                self.engine.restore_node(state)
+            stage.restore(key, state)
         except (SnapshotError, KeyError, TypeError, ValueError) as error:
             # A state we cannot read is relearnt, never trusted half-way.
             self.counters.unreadable += 1
-            log.warning("could not restore %s %s from its snapshot: %s", kind, key, error)
-            if kind == "job":
-                self.engine.drop_job(key)
-            else:
-                self.engine.drop_node(key)
+            log.warning("could not restore %s %s from its snapshot: %s", key.kind, key.id, error)
+            stage.drop(key)
             return
         self.counters.restored += 1
-        self.live.metrics.restored.inc()
-        log.info("took over %s %s from its snapshot", kind, key)
+        self._metrics.restored.inc()
+        log.info("took over %s %s from its snapshot", key.kind, key.id)
 
-    def save(self, owners: Iterable[tuple[str, str]]) -> None:
-        """Write the state of these jobs and nodes (one gone: its key deleted)."""
-        owners = list(owners)
+    def save(self, stage: DetectionStage, keys: Iterable[StateKey]) -> None:
+        """Write the state of these keys (one the stage no longer holds: deleted)."""
+        keys = list(keys)
         started = self._monotonic()
-        nodes = {key for kind, key in owners if kind == "node"}
-        node_states = self.engine.node_states(nodes) if nodes else {}
-        for kind, key in owners:
-            state = self.engine.job_state(key) if kind == "job" else node_states.get(key)
-            table = self._tables[kind]
+        states = stage.snapshot(keys)
+        for key in keys:
+            state = states.get(key)
+            table = self._tables[key.kind]
             if state is None:
-                delete_snapshot(table, key.encode())
+                delete_snapshot(table, key.id.encode())
             else:
-                write_snapshot(table, key.encode(), state)
+                write_snapshot(table, key.id.encode(), state)
                 self.counters.written += 1
-                self.live.metrics.snapshots.inc()
-            self._dirty.discard((kind, key))
+                self._metrics.snapshots.inc()
+            self._dirty.discard(key)
         self._last_save = self._monotonic()
         self._save_cost_s = self._last_save - started
 
     @staticmethod
-    def _owners_of(found: list[Diagnosis]) -> set[tuple[str, str]]:
-        owners: set[tuple[str, str]] = set()
-        for diagnosis in found:
-            hardware = diagnosis.class_ in HARDWARE_CLASSES or (
-                diagnosis.class_ == "link_degraded" and diagnosis.suspects[0].type == "port"
-            )
-            if hardware and diagnosis.suspects:
-                owners.add(("node", node_of(diagnosis.suspects[0].id)))
-            elif diagnosis.job is not None:
-                owners.add(("job", diagnosis.job))
-        return owners
+    def _keys_of(stage: DetectionStage, found: list[Diagnosis]) -> set[StateKey]:
+        keys = (stage.key_of_finding(diagnosis) for diagnosis in found)
+        return {key for key in keys if key is not None}

@@ -1,16 +1,19 @@
-"""The live clock around the engine: event time from the messages, advanced by wall time
-while the stream is silent, so hangs and node_down fire even when nothing arrives."""
+"""The live runtime around a detection stage: event time from the messages, advanced by wall
+time while the stream is silent, so hangs and node_down fire even when nothing arrives; late
+measurements dropped; the stage's state kept in its tables (`streams.durable`)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from schemas.base import C4Model
 from schemas.messages import Collective, Diagnosis, Gpu, Job, Link
-from streams.core.engine import DATA_KINDS, Engine
+from streams.core.engine import DATA_KINDS
+from streams.core.stage import JOB, DetectionStage, StateKey
+from streams.durable import SnapshotStore
 from streams.metrics import StreamMetrics
 
 NS_PER_S = 1_000_000_000
@@ -157,7 +160,12 @@ class InputLag:
 
 
 class LiveDetection:
-    """Feeds the engine from a live stream and ticks it from a timer.
+    """Feeds a detection stage from a live stream and ticks it from a timer.
+
+    The one layer between the Faust app and the stage: it drives the stage only through
+    `DetectionStage`, and with a ``store`` keeps each key's state in its tables (restored
+    the first time this worker sees the key, written when a finding changes and
+    periodically, handed over when a partition is revoked).
 
     ``clock_rate`` is event seconds per wall second: 1 for real clusters, more for a
     simulator replaying faster than real time. A measurement more than ``max_lateness_ns``
@@ -173,16 +181,18 @@ class LiveDetection:
 
     def __init__(
         self,
-        engine: Engine,
+        stage: DetectionStage,
         *,
         clock_rate: float = 1.0,
         max_lateness_ns: int = 30 * NS_PER_S,
         silence_grace_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
         metrics: StreamMetrics | None = None,
+        store: SnapshotStore | None = None,
     ) -> None:
-        self.engine = engine
+        self._stage = stage
         self.metrics = metrics or StreamMetrics()
+        self.store = store
         self.clock_rate = clock_rate
         self.max_lateness_ns = max_lateness_ns
         # Gaps between fetched batches are not silence: only past this much wall time
@@ -198,7 +208,11 @@ class LiveDetection:
         self._latest_of: dict[tuple[str, str, str], int] = {}
 
     def on_message(self, message: C4Model) -> list[Diagnosis]:
-        """One decoded message: late ones are dropped, the rest go to the engine."""
+        """One decoded message: its key restored first if this worker just got it; a late
+        one dropped, the rest to the stage; the key's state saved if a finding changed."""
+        stage, store = self._stage, self.store
+        if store is not None:
+            store.before_message(stage, stage.key_of(message))
         ts_ns = int(getattr(message, "ts_ns", 0))
         if isinstance(message, DATA_KINDS):
             key = _key_of(message)
@@ -230,36 +244,63 @@ class LiveDetection:
             self._latest_event_ns = ts_ns
             self._wall_at_latest = self._monotonic()
         began = time.perf_counter()
-        found = self.engine.process(message)
+        found = stage.on_message(message)
         self.metrics.processing.observe(time.perf_counter() - began)
         if found:
             self._observe(found)
+            if store is not None:
+                store.after_message(stage, found)
         return found
 
     def _observe(self, found: list[Diagnosis]) -> None:
         self.counters.diagnoses += len(found)
         self.metrics.record_diagnoses(found)
-        self.metrics.event_time.set(self.engine.now_ns / NS_PER_S)
-        self.metrics.tracked_jobs.set(len(self.engine.jobs))
+        self._export_progress()
+
+    def _export_progress(self) -> None:
+        self.metrics.event_time.set(self._stage.now_ns / NS_PER_S)
+        self.metrics.tracked_jobs.set(len(self._stage.keys(JOB)))
 
     def on_timer(self) -> list[Diagnosis]:
-        """Advance event time by the wall time since the latest message; run due checks.
+        """Take over what the tables hold for newly owned keys; advance event time by the
+        wall time since the latest message and run due checks; save.
 
-        What waited for other inputs to catch up (the engine's held jobs and deferred
+        What waited for other inputs to catch up (the stage's held jobs and deferred
         hardware findings) is judged again on every tick, silent or not.
         """
+        stage, store = self._stage, self.store
+        if store is not None:
+            store.adopt_owned(stage)
+        found = self._tick(stage)
+        if store is not None:
+            store.after_timer(stage, found)
+        return found
+
+    def _tick(self, stage: DetectionStage) -> list[Diagnosis]:
         if self._latest_event_ns == 0:
             return []
-        self.metrics.event_time.set(self.engine.now_ns / NS_PER_S)
-        self.metrics.tracked_jobs.set(len(self.engine.jobs))
-        found = self.engine.recheck()
+        self._export_progress()
         elapsed_s = self._monotonic() - self._wall_at_latest - self.silence_grace_s
+        # Not silent: a time behind the clock, which moves nothing.
+        now_ns = 0
         if elapsed_s > 0:
             now_ns = self._latest_event_ns + int(elapsed_s * self.clock_rate * NS_PER_S)
-            found.extend(self.engine.advance(now_ns))
+        found = stage.on_timer(now_ns)
         if found:
             self._observe(found)
         return found
+
+    def on_revoked(self, keys: Iterable[StateKey]) -> None:
+        """Partitions went to another worker: their keys handed over (saved, dropped)."""
+        if self.store is not None:
+            self.store.revoke(self._stage, keys)
+        else:
+            for key in keys:
+                self._stage.drop(key)
+
+    def held(self, kind: str) -> list[StateKey]:
+        """The keys of ``kind`` whose state this worker holds now."""
+        return self._stage.keys(kind)
 
 
 def _key_of(message: Collective | Link | Gpu) -> tuple[str, str, str]:

@@ -1,4 +1,4 @@
-"""Offline replay: JSON Lines of v1 messages through the engine, in event time."""
+"""Offline replay: JSON Lines of v1 messages through a detection stage, in event time."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import IO
 from schemas.codec import MAX_MESSAGE_BYTES
 from schemas.messages import Diagnosis
 from schemas.records import Rejected, decode_record
-from streams.core.engine import Engine
+from streams.core.stage import DetectionStage
 
 
 @dataclass(slots=True)
@@ -22,17 +22,18 @@ class ReplayStats:
 
 
 def replay(
-    engine: Engine,
+    stage: DetectionStage,
     lines: Iterable[tuple[int, bytes | None]],
     stats: ReplayStats,
     errors: IO[str] | None = None,
 ) -> Iterator[Diagnosis]:
-    """Decode each numbered line, feed the engine, yield the diagnoses as they change.
+    """Decode each numbered line, feed the stage, yield the diagnoses as they change; at
+    the end of the input, the stage's last judgement (``on_eof``).
 
     A line is one message or a batch of them (each counted, and rejected, on its own);
     None stands for a line too long to hold, rejected as a message over the size limit.
     """
-    process = engine.process
+    on_message = stage.on_message
     for number, raw in lines:
         if raw is None:
             stats.rejected += 1
@@ -49,5 +50,5 @@ def replay(
                     errors.write(f"line {number}: {result.reason}\n")
                 continue
             stats.messages += 1
-            yield from process(result)
-    yield from engine.check(engine.now_ns)
+            yield from on_message(result)
+    yield from stage.on_eof()

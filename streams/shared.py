@@ -110,8 +110,7 @@ class TableFacts:
                 self._renew(_ROUTES_STAMP_KEY)
         elif isinstance(message, Link):
             port = port_id(message.node, message.port)
-            down = engine.hardware.is_down(port)
-            degraded = engine.hardware.errors_rising(port)
+            down, degraded = engine.port_state(port)
             if self._set(f"health:{port}", f"{int(down)}{int(degraded)}"):
                 self._renew(_HEALTH_STAMP_KEY)
 

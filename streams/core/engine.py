@@ -6,7 +6,7 @@ app: neither path has logic of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Protocol
 
 from schemas.base import C4Model
@@ -23,6 +23,7 @@ from streams.core.membership import MembershipBook
 from streams.core.params import DetectorParams
 from streams.core.places import PlacementIndex, PortHealth, Routes, port_id
 from streams.core.slowpath import SlowPath
+from streams.core.stage import JOB, NODE, KeyState, StateKey, finding_key, state_key
 
 
 class RouteBook:
@@ -154,7 +155,8 @@ class _SharedRoutes:
 
 
 class Engine:
-    """Every detector of a cluster, fed in event time.
+    """Every detector of a cluster, fed in event time: the job stage (`DetectionStage`),
+    keyed by job and by node.
 
     ``shared`` supplies what other partitions learnt (live, scaled out). With
     ``local_fabric`` False the fabric correlator runs elsewhere: the engine only collects
@@ -510,6 +512,73 @@ class Engine:
         if self.local_fabric:
             found += self.fabric.book.open_findings()
         return found
+
+    # --- the DetectionStage interface (streams.core.stage) -----------------------------
+    def key_of(self, message: C4Model) -> StateKey | None:
+        """The job or node whose state a message changes."""
+        return state_key(message)
+
+    def key_of_finding(self, diagnosis: Diagnosis) -> StateKey | None:
+        """The job or node whose state holds a finding."""
+        return finding_key(diagnosis)
+
+    def on_message(self, message: C4Model) -> list[Diagnosis]:
+        """Feed one message (`process`)."""
+        return self.process(message)
+
+    def on_timer(self, now_ns: int) -> list[Diagnosis]:
+        """Judge again what waited for other inputs (`recheck`), then move the clock to
+        ``now_ns`` (`advance`: not back)."""
+        found = self.recheck()
+        found.extend(self.advance(now_ns))
+        return found
+
+    def on_progress(self) -> None:
+        """Which inputs are behind was measured again: the held reports are asked anew."""
+        self.alignment.refresh()
+
+    def on_eof(self) -> list[Diagnosis]:
+        """The input ended: every detector judged at the clock's time."""
+        return self.check(self.now_ns)
+
+    def keys(self, kind: str) -> list[StateKey]:
+        """The jobs (also one whose every report waits for link reports, with no detector
+        yet) or the nodes whose state is held here."""
+        if kind == JOB:
+            ids = list(dict.fromkeys((*self.jobs, *self.alignment.waiting)))
+        else:
+            ids = sorted(self.hardware.nodes())
+        return [StateKey(kind, each) for each in ids]
+
+    def snapshot(self, keys: Collection[StateKey]) -> dict[StateKey, KeyState]:
+        """Each job's or node's state as plain data (the nodes read in one pass)."""
+        out: dict[StateKey, KeyState] = {}
+        nodes = {key.id for key in keys if key.kind == NODE}
+        node_states = self.node_states(nodes) if nodes else {}
+        for key in keys:
+            state = self.job_state(key.id) if key.kind == JOB else node_states.get(key.id)
+            if state is not None:
+                out[key] = state
+        return out
+
+    def restore(self, key: StateKey, state: KeyState) -> None:
+        """Take a job or node over from its snapshot."""
+        if key.kind == JOB:
+            self.restore_job(key.id, state)
+        else:
+            self.restore_node(state)
+
+    def drop(self, key: StateKey) -> None:
+        """Forget a job or node (another worker holds it now, or it is relearnt)."""
+        if key.kind == JOB:
+            self.drop_job(key.id)
+        else:
+            self.drop_node(key.id)
+
+    def port_state(self, port: str) -> tuple[bool, bool]:
+        """(down, degraded) of a NIC port as this engine's own monitor says (the port's
+        node reports here): what it tells other workers through the shared facts."""
+        return self.hardware.is_down(port), self.hardware.errors_rising(port)
 
     # --- snapshots (a restarted or rebalanced worker goes on from them) ------------------
     def job_state(self, job: str) -> dict[str, Any] | None:

@@ -92,8 +92,8 @@ class Worker:
         self.broker = broker
         self.remeasure = remeasure
         self.lag = InputLag(lambda key: partition_of(key, PARTITIONS))
-        self.engine = Engine(progress=self.lag)
-        self.live = LiveDetection(self.engine, monotonic=lambda: 0.0)  # no silence
+        self.stage = Engine(progress=self.lag)
+        self.live = LiveDetection(self.stage, monotonic=lambda: 0.0)  # no silence
         self.found: list[Diagnosis] = []
 
     def measure(self) -> None:
@@ -101,7 +101,7 @@ class Worker:
         assert measured is not None
         behind, collective_parts = measured
         self.lag.update(behind, collective_parts)
-        self.engine.alignment.refresh()
+        self.stage.on_progress()
 
     def feed(self, message: C4Model) -> None:
         tp, offset = self.broker.offsets[id(message)]

@@ -50,18 +50,19 @@ def test_a_silent_stream_alone_concludes_nothing() -> None:
     # The data stops (a broker outage, the end of a run) with operations in flight: however
     # long the timer runs, no hang and no node_down comes of silence alone.
     clock = FakeClock()
-    live = LiveDetection(Engine(), monotonic=clock)
+    engine = Engine()
+    live = LiveDetection(engine, monotonic=clock)
     job = RingJob(ops=60)
     messages = job.messages()
     cut = len(messages) // 2 + 3  # some ranks reported the latest op, the others not yet
     for message in [job.job_message(), *messages[:cut]]:
         assert live.on_message(message) == []
-    tracker = live.engine.jobs["job-1"].comms["c0"]
+    tracker = engine.jobs["job-1"].comms["c0"]
     assert any(0 < state.entered < tracker.size for state in tracker.pending.values())
     for _ in range(20):
         clock.now += 30.0
         assert live.on_timer() == []
-    assert live.engine.now_ns > messages[cut].ts_ns + 60 * S
+    assert engine.now_ns > messages[cut].ts_ns + 60 * S
 
 
 def test_messages_beyond_lateness_are_counted_and_dropped() -> None:
@@ -99,17 +100,18 @@ def test_placements_and_routes_stamped_on_another_clock_never_move_event_time() 
     # An action worker publishes a new placement stamped with its wall clock, far ahead of
     # (or behind) the data: it is taken, and the data after it is neither late nor judged
     # against that stamp.
-    live = LiveDetection(Engine(), max_lateness_ns=5 * S)
+    engine = Engine()
+    live = LiveDetection(engine, max_lateness_ns=5 * S)
     job = RingJob(ops=80)
     messages = job.messages()
     half = len(messages) // 2
     for message in messages[:half]:
         live.on_message(message)
-    clock_before = live.engine.now_ns
+    clock_before = engine.now_ns
     ahead = job.job_message().model_copy(update={"ts_ns": clock_before + 3600 * S})
     behind = job.job_message().model_copy(update={"ts_ns": 1})
     assert live.on_message(ahead) == [] and live.on_message(behind) == []
-    assert live.engine.now_ns == clock_before
+    assert engine.now_ns == clock_before
     for message in messages[half:]:
         live.on_message(message)
     assert live.counters.too_late == 0

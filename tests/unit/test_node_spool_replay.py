@@ -92,10 +92,11 @@ def test_a_replay_longer_than_the_lateness_bound_is_taken_not_dropped() -> None:
     # replay, more than max_lateness behind the job's latest report, but in order for its
     # node: taken, as it would be live.
     job = RingJob(n=24, ops=400)
-    live = LiveDetection(Engine(), max_lateness_ns=30 * S)
+    engine = Engine()
+    live = LiveDetection(engine, max_lateness_ns=30 * S)
     timeline = replayed(job.messages(), 40, ("node-002", "node-000", "node-001"))
     found = [d for m in [job.job_message(), *timeline] for d in live.on_message(m)]
-    found += live.engine.check(live.engine.now_ns)
+    found += engine.on_eof()
     assert named(found) == []
     assert live.counters.too_late == 0
     # A report older than the bound behind its own node's latest is still late.
