@@ -15,7 +15,8 @@ the lower bound:
    at a time (a Kempe chain for equal flows): typically a handful more moves;
 3. a full replan: taken only when strictly better than the best so far, it may move a large
    share of all flows.
-The result says which was taken and which flows moved.
+The result says which was taken and which flows moved. A phased flows file is replanned
+phase by phase (phases do not share time), each phase stopping at its own bound.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Literal
 from planner.balance import TOLERANCE, repair
 from planner.bound import problem_bound
 from planner.core import build_plan, incremental, moved_flows, solve
+from planner.phases import join, previous_of, split
 from planner.problem import build_problem
 from schemas.files import Flows, Plan, PlanPath
 from topology.ecmp import SwitchHash
@@ -66,6 +68,25 @@ def replan_choice(
     mode: ReplanMode = "incremental",
 ) -> Replanned:
     """The replan of ``mode`` (see the module doc); raises what `core.replan` raises."""
+    parts = split(flows)
+    if parts is None:
+        return _choice_one(fabric, previous, flows, down, hash_model, mode)
+    chosen = {
+        phase: _choice_one(fabric, previous_of(previous, part), part, down, hash_model, mode)
+        for phase, part in parts.items()
+    }
+    return _joined(previous, flows, chosen)
+
+
+def _choice_one(
+    fabric: Fabric,
+    previous: Plan,
+    flows: Flows,
+    down: Iterable[str],
+    hash_model: SwitchHash | None,
+    mode: ReplanMode,
+) -> Replanned:
+    """`replan_choice` of flows that all run at the same time (one phase)."""
     problem = build_problem(fabric, flows, down)
     state, kept = incremental(problem, previous)
     first = build_plan(problem, state, hash_model, kept)
@@ -110,3 +131,19 @@ def _same_spine(
         for flow, a, b in zip(ids, before, after, strict=True)
         if a == b and (path := kept.get(flow)) is not None
     }
+
+
+def _joined(previous: Plan, flows: Flows, chosen: dict[str | None, Replanned]) -> Replanned:
+    """The phases' replans as one: the most far-reaching strategy any phase took."""
+    result = join(flows, {phase: r.plan for phase, r in chosen.items()})
+    forced = {flow for r in chosen.values() for flow in r.forced}
+    order: tuple[Strategy, ...] = ("incremental", "widened", "full")
+    strategy = max((r.strategy for r in chosen.values()), key=order.index)
+    return Replanned(
+        plan=result,
+        strategy=strategy,
+        moved=tuple(moved_flows(previous, result)),
+        forced=tuple(path.flow for path in result.paths if path.flow in forced),
+        incremental_max_util=max(r.incremental_max_util for r in chosen.values()),
+        bound=max(r.bound for r in chosen.values()),
+    )

@@ -7,6 +7,7 @@ a leaf's down or missing links are colours it must avoid. Where that does not re
 (unequal demands, unequal capacities, a down link the colouring could not avoid) the
 least-loaded heuristic is tried as well, the better kept, then repaired by local moves
 (`balance`). Flows within one leaf have a single path and are only charged to their cables.
+A phased flows file (`phases`) is planned phase by phase: phases do not share time.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import Field
 from planner.balance import TOLERANCE, Assignment, least_loaded, repair
 from planner.bound import problem_bound
 from planner.colouring import colour_balanced
+from planner.phases import join, previous_of, split
 from planner.problem import Problem, build_problem
 from schemas.files import Flows, Plan, PlanPath
 from topology.ecmp import SPORT_MIN, Ecmp, SwitchHash
@@ -44,14 +46,28 @@ def plan(
     With a hash model every path is a `RoutedPath` carrying its source port. Raises
     `topology.TopologyError` subclasses for unknown ports or links and unreachable flows.
     """
+    parts = split(flows)
+    if parts is None:
+        return _plan_one(fabric, flows, down, hash_model)
+    plans = {phase: _plan_one(fabric, part, down, hash_model) for phase, part in parts.items()}
+    return join(flows, plans)
+
+
+def _plan_one(
+    fabric: Fabric, flows: Flows, down: Iterable[str], hash_model: SwitchHash | None
+) -> Plan:
+    """The plan of flows that all run at the same time (one phase)."""
     problem = build_problem(fabric, flows, down)
     state = solve(problem)
     return build_plan(problem, state, hash_model, {})
 
 
 def lower_bound(fabric: Fabric, flows: Flows, down: Iterable[str] = ()) -> float:
-    """No plan of these flows has a smaller ``max_util`` (see `bound`)."""
-    return problem_bound(build_problem(fabric, flows, down))
+    """No plan of these flows has a smaller ``max_util`` (see `bound`); per phase, the largest."""
+    parts = split(flows)
+    if parts is None:
+        return problem_bound(build_problem(fabric, flows, down))
+    return max(problem_bound(build_problem(fabric, part, down)) for part in parts.values())
 
 
 def replan(
@@ -66,8 +82,27 @@ def replan(
     A degraded link belongs in ``down``: it is to be avoided, like a failed one. A flow keeps
     its previous path when that path avoids every down link; flows that cross one, and flows
     the previous plan does not have, are placed least-loaded and repaired among themselves.
-    The previous path objects are reused, so a small change is cheap on a large plan.
+    The previous path objects are reused, so a small change is cheap on a large plan. A
+    phased file is replanned phase by phase.
     """
+    parts = split(flows)
+    if parts is None:
+        return _replan_one(fabric, previous, flows, down, hash_model)
+    plans = {
+        phase: _replan_one(fabric, previous_of(previous, part), part, down, hash_model)
+        for phase, part in parts.items()
+    }
+    return join(flows, plans)
+
+
+def _replan_one(
+    fabric: Fabric,
+    previous: Plan,
+    flows: Flows,
+    down: Iterable[str],
+    hash_model: SwitchHash | None,
+) -> Plan:
+    """The incremental replan of flows that all run at the same time (one phase)."""
     problem = build_problem(fabric, flows, down)
     state, kept = incremental(problem, previous)
     return build_plan(problem, state, hash_model, kept)

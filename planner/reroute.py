@@ -1,15 +1,16 @@
 """Reroute (pure): jobs' placements and a link diagnosis in, v1 route messages per node out.
 
 Traffic model: `topology.traffic`, the one the simulator uses too (jobs running or restarting:
-a restart's placement is where the job comes back). A job's traffic is
-its communicators' hops between two nodes (rings laid out rail by rail, a pair's two
-directions; hops inside a node are NVLink), each from its rank's NIC port to the receiving
-rank's port: flow ``job/comm/i->j`` in communicator ranks, the ids the detectors and the
-simulator use. Each hop asks for the line rate of its slower port, as a ring allreduce's hops
-do, all at once: communicators of one job that share ports are counted as if they ran
-together (a conservative over-estimate of their load). Hops that cannot be placed (a rank
-without a place or a port, a port the topology does not have, ports in different planes) are
-listed in ``skipped``, not planned.
+a restart's placement is where the job comes back). A job's traffic is its communicators'
+hops between two nodes (data-parallel rings laid out rail by rail, a pipeline pair's two
+directions, an expert group's all-to-all as every ordered pair; hops inside a node are
+NVLink), each from its rank's NIC port to the receiving rank's port: flow ``job/comm/i->j``
+in communicator ranks, the ids the detectors and the simulator use. Each flow carries its
+communicator's kind as its phase (``dp``, ``pp``, ``ep``, ``world``; `traffic.comm_kinds`):
+phases do not share time, so the planner plans each apart, and a ring hop asks for its ports'
+line rate, an all-to-all pair its share. Hops that cannot be placed (a rank without a place
+or a port, a port the topology does not have, ports in different planes) are listed in
+``skipped``, not planned.
 
 Failure model. A link_down or link_degraded diagnosis names its suspects: a fabric link
 (``leaf-0a~spine-3``), a port (``node-001/mlx5_3:1``: its cable), or a switch (every link of
@@ -38,7 +39,7 @@ from schemas.messages import Diagnosis, Job, Route, RoutePath
 from topology import TopologyError
 from topology.ecmp import SwitchHash
 from topology.model import Fabric
-from topology.traffic import flow_id, network_hops
+from topology.traffic import comm_kinds, connection_counts, flow_id, kind_hops
 
 REROUTE_CLASSES = frozenset({"link_down", "link_degraded"})
 LINK_SUSPECTS = frozenset({"link", "port", "switch"})
@@ -97,10 +98,13 @@ def job_flows(fabric: Fabric, jobs: Iterable[Job]) -> JobFlows:
         if job.state == "stopped":
             continue  # a restarting job's placement is where it is coming back: planned
         places = {place.rank: place for place in job.ranks}
+        kinds = comm_kinds(job.comms, len(job.ranks) or None)
         for comm, members in sorted(job.comms.items()):
             # A rank without a place is a node of its own: its hops are named, not planned.
             nodes = [places[rank].node if rank in places else f"?{rank}" for rank in members]
-            for i, j in network_hops(nodes):
+            hops = kind_hops(kinds[comm], nodes)
+            sends, receives = connection_counts(hops)
+            for i, j in hops:
                 flow = flow_id(name, comm, i, j)
                 a, b = places.get(members[i]), places.get(members[j])
                 if a is None or b is None:
@@ -124,8 +128,8 @@ def job_flows(fabric: Fabric, jobs: Iterable[Job]) -> JobFlows:
                         else f"{flow}: {src} and {dst} are in different planes"
                     )
                     continue
-                gbps = min(fabric.ports[src].gbps, fabric.ports[dst].gbps)
-                flows.append(Flow(id=flow, src=src, dst=dst, gbps=gbps))
+                gbps = min(fabric.ports[src].gbps / sends[i], fabric.ports[dst].gbps / receives[j])
+                flows.append(Flow(id=flow, src=src, dst=dst, gbps=gbps, phase=kinds[comm]))
     return JobFlows(tuple(flows), tuple(skipped))
 
 
@@ -258,7 +262,7 @@ def route_around_cables(
         routable.append(
             flow
             if (src, dst) == (flow.src, flow.dst)
-            else Flow(id=flow.id, src=src, dst=dst, gbps=flow.gbps)
+            else Flow(id=flow.id, src=src, dst=dst, gbps=flow.gbps, phase=flow.phase)
         )
     return routable, failed_over, stranded
 

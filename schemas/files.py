@@ -101,6 +101,10 @@ class Flow(C4Model):
     src: Id = Field(pattern=r"^[^/]+/[^/]+$")
     dst: Id = Field(pattern=r"^[^/]+/[^/]+$")
     gbps: PositiveFloat
+    # The phase of the iteration the flow runs in (an addition to v1): flows of different
+    # phases never run at the same time and do not compete for a link. None: the unnamed
+    # phase, so a file without phases is one phase, as before.
+    phase: Id | None = None
 
 
 class Flows(C4Model):
@@ -142,3 +146,5 @@ class Plan(C4Model):
     kind: Literal["plan"]
     paths: tuple[PlanPath, ...] = Field(max_length=MAX_ITEMS * 4)
     max_util: NonNegFloat
+    # Per named phase of the flows, its own max_util (an addition to v1; absent without phases).
+    phases: dict[Id, NonNegFloat] | None = Field(default=None, max_length=MAX_ITEMS)

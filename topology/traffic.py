@@ -15,13 +15,39 @@ A communicator's members are in communicator-rank order, each on a node. Its tra
   NVLink; they occur only where nodes hold different numbers of members.
 
 A hop between two nodes goes from the sender's NIC port to the receiver's (per the topology
-file), at the slower port's line rate; its flow id is ``<job>/<comm>/<src>-><dst>`` in
-communicator ranks, the id the planner's flows, the simulator's connections and routes use.
+file); its flow id is ``<job>/<comm>/<src>-><dst>`` in communicator ranks, the id the
+planner's flows, the simulator's connections and routes use.
+
+Phases. A training iteration runs its communicators' traffic in phases that do not overlap
+on a port: the data-parallel reduce-scatter/all-gather (or all-reduce) per gradient bucket,
+the pipeline's send/recv per micro-batch, the expert all-to-all per MoE layer. Each
+communicator's kind (`comm_kinds`) is its flows' phase: flows of different phases never run
+at the same time, so they do not compete for a link (the planner plans each phase apart).
+Jobs are taken as aligned (every job's data-parallel phase at once, and so on): the worst
+case for a phase, not a claim that phases of different jobs never meet.
+
+- ``pp``: a pipeline pair, named ``<pipeline group>:p2p:<lo>-<hi>`` as the contract's
+  collective messages name it: its two directions;
+- ``world``: a communicator over every rank of a job that has other communicators on the
+  network (the default process group: barriers and small collectives): a ring;
+- ``ep``: a communicator inside another one (an expert group inside its data-parallel
+  group): an all-to-all, every ordered pair of members on different nodes (``n (n-1)``
+  flows for ``n`` members on ``n`` nodes), each from the sender's port to the receiver's;
+- ``dp``: any other communicator (data parallel; a plain job's one communicator): a ring.
+
+Demand (`hop_gbps`): a member's connections in one communicator share its port's line rate
+(a ring hop and a pair direction get it whole, an all-to-all pair ``1/(n-1)`` of it), and a
+flow runs at the lower of its two ends' shares.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Literal
+
+Kind = Literal["dp", "pp", "ep", "world"]
+KINDS: tuple[Kind, ...] = ("dp", "pp", "ep", "world")
+P2P_MARK = ":p2p:"
 
 
 def ring_order(nodes: Sequence[Hashable]) -> tuple[int, ...]:
@@ -60,3 +86,77 @@ def network_hops(nodes: Sequence[Hashable]) -> tuple[tuple[int, int], ...]:
 def flow_id(job: str, comm: str, src: int, dst: int) -> str:
     """The id of the flow of one hop."""
     return f"{job}/{comm}/{src}->{dst}"
+
+
+def all_pairs(nodes: Sequence[Hashable]) -> tuple[tuple[int, int], ...]:
+    """Every ordered pair ``(src, dst)`` of members on different nodes: an all-to-all."""
+    return tuple(
+        (a, b)
+        for a, node_a in enumerate(nodes)
+        for b, node_b in enumerate(nodes)
+        if a != b and node_a != node_b
+    )
+
+
+def kind_hops(kind: Kind, nodes: Sequence[Hashable]) -> tuple[tuple[int, int], ...]:
+    """The network hops of a communicator of this kind: all pairs for ``ep``, else the ring's."""
+    return all_pairs(nodes) if kind == "ep" else network_hops(nodes)
+
+
+def comm_kinds(comms: Mapping[str, Sequence[int]], ranks: int | None = None) -> dict[str, Kind]:
+    """Each communicator's kind (see the module doc), from ids and members alone.
+
+    ``ranks`` is the job's world size (default: the ranks the communicators hold). Only the
+    members matter, not their places: a communicator inside one node gets a kind too.
+    """
+    world = ranks if ranks is not None else len({r for members in comms.values() for r in members})
+    kinds: dict[str, Kind] = {}
+    collective: dict[str, frozenset[int]] = {}
+    for comm, members in comms.items():
+        if P2P_MARK in comm:
+            kinds[comm] = "pp"
+        else:
+            collective[comm] = frozenset(members)
+    if len(collective) > 1:
+        for comm, group in collective.items():
+            if len(group) >= world > 1:
+                kinds[comm] = "world"
+    inner = {comm: group for comm, group in collective.items() if comm not in kinds}
+    # A communicator is an expert group when a larger one holds it: look only at those that
+    # hold its lowest member (each rank is in a few communicators).
+    holding: dict[int, list[frozenset[int]]] = {}
+    for group in inner.values():
+        for rank in group:
+            holding.setdefault(rank, []).append(group)
+    for comm, group in inner.items():
+        held = bool(group) and any(
+            len(other) > len(group) and group < other for other in holding[min(group)]
+        )
+        kinds[comm] = "ep" if held else "dp"
+    return kinds
+
+
+def connection_counts(
+    hops: Sequence[tuple[int, int]],
+) -> tuple[dict[int, int], dict[int, int]]:
+    """How many of the hops each member sends, and how many it receives."""
+    sends: dict[int, int] = {}
+    receives: dict[int, int] = {}
+    for a, b in hops:
+        sends[a] = sends.get(a, 0) + 1
+        receives[b] = receives.get(b, 0) + 1
+    return sends, receives
+
+
+def hop_gbps(
+    hops: Sequence[tuple[int, int]], src_gbps: Sequence[float], dst_gbps: Sequence[float]
+) -> list[float]:
+    """Each hop's demand: its ends' line rates shared over their connections in the hops.
+
+    ``src_gbps[k]`` / ``dst_gbps[k]`` are hop ``k``'s sending and receiving port speeds.
+    """
+    sends, receives = connection_counts(hops)
+    return [
+        min(src / sends[a], dst / receives[b])
+        for (a, b), src, dst in zip(hops, src_gbps, dst_gbps, strict=True)
+    ]
