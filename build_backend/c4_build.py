@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from setuptools.build_meta import (
     prepare_metadata_for_build_editable,
     prepare_metadata_for_build_wheel,
 )
+from setuptools.warnings import InformationOnly
 
 __all__ = [
     "build_editable",
@@ -59,8 +61,17 @@ def build_editable(
     config_settings: dict[str, Any] | None = None,
     metadata_directory: str | None = None,
 ) -> str:
-    """setuptools' editable wheel, with the ``.pth`` file."""
-    name: str = _setuptools.build_editable(wheel_directory, config_settings, metadata_directory)
+    """setuptools' editable wheel, with the ``.pth`` file, without setuptools' notice on it."""
+    with warnings.catch_warnings():
+        # Several top-level packages in the project's root (a flat layout): setuptools maps
+        # exactly those to their folders with a meta path finder and says so in a warning
+        # ("folders in your working directory with the same name as your package ... may
+        # take precedence"), which pip shows even with -q. Here those folders are the
+        # packages the finder maps, so either import gives the same files. Only a src/
+        # layout would avoid it; compat mode would put the whole root (tests/, bench/, ...)
+        # on sys.path. Every other warning of the build is still shown.
+        warnings.filterwarnings("ignore", message="Editable installation", category=InformationOnly)
+        name: str = _setuptools.build_editable(wheel_directory, config_settings, metadata_directory)
     add_pth(Path(wheel_directory) / name)
     return name
 
