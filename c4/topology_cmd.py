@@ -1,5 +1,6 @@
 """``c4 topology gen``: write a standard leaf-spine fabric as a v1 topology file;
-``c4 topology slurm-conf``: Slurm's topology.conf from one."""
+``c4 topology slurm-conf``: Slurm's topology.conf from one; ``import`` and ``diff`` are in
+`c4.topology_import`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 from c4 import C4Error
 from c4.inputs import load_document
 from c4.outputs import write_output
+from c4.topology_import import add_diff_parser, add_import_parser
 from schemas.codec import encode
 from schemas.files import Topology
 from topology.generate import DEFAULT_NODES_PER_LEAF, Shape, ShapeError, generate
@@ -51,8 +53,10 @@ def _slurm_conf(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``topology gen`` subcommand."""
-    parser = subparsers.add_parser("topology", help="generate fabric topologies")
+    """Add the ``topology`` subcommands: gen, slurm-conf, import, diff."""
+    parser = subparsers.add_parser(
+        "topology", help="generate, import and compare fabric topologies"
+    )
     actions = parser.add_subparsers(dest="topology_command", required=True, metavar="ACTION")
     gen = actions.add_parser(
         "gen",
@@ -89,3 +93,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     conf.add_argument("--topology", required=True, help="v1 topology file")
     conf.add_argument("--out", default="-", help="output file, or - for stdout (default)")
     conf.set_defaults(handler=_slurm_conf)
+    add_import_parser(actions)
+    add_diff_parser(actions)
