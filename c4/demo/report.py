@@ -34,6 +34,7 @@ from c4.demo.timeline import (  # noqa: E402
     Timeline,
     format_rows,
     seconds,
+    skipped_line,
     table,
     verdict,
 )
@@ -269,6 +270,8 @@ def _html(timeline: Timeline, images: list[str], calls: Sequence[Call], wall_s: 
     launches = sum(1 for c in calls if c.path == "/launch")
     alerts = sum(1 for c in calls if c.path == "/alert")
     pictures = "".join(f"<p><img src='{esc(name)}' alt='{esc(name)}'></p>" for name in images)
+    left_out = skipped_line(timeline)
+    skipped = f"<p>{esc(left_out)}</p>" if left_out else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>c4 demo report</title>
 <style>body{{font:14px system-ui,sans-serif;margin:24px;max-width:1100px}}
@@ -282,6 +285,7 @@ The launcher webhook took {launches} restarts, the alert receiver {alerts} alert
 <h2>Timeline</h2>
 <table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>
 <pre>{esc(format_rows(cells_of))}</pre>
+{skipped}
 <h2>Plots</h2>{pictures}
 <h2>Faults in detail</h2>{"".join(details)}
 <p>Files: timeline.json, diagnoses.jsonl, actions.jsonl, routes.jsonl, truth.jsonl,

@@ -45,7 +45,14 @@ from c4.demo.prepare import actions_config, delete_topics, ensure_stack, simulat
 from c4.demo.processes import Child
 from c4.demo.receivers import Receivers
 from c4.demo.report import WallClock, write_report
-from c4.demo.timeline import Timeline, build_timeline, format_rows, table, verdict
+from c4.demo.timeline import (
+    Timeline,
+    build_timeline,
+    format_rows,
+    skipped_line,
+    table,
+    verdict,
+)
 from c4.demo.workers import start_workers
 from c4.scenarios import place
 from c4.settings import Settings
@@ -435,4 +442,6 @@ def print_timeline(timeline: Timeline, say: Say) -> None:
     say("")
     say(format_rows(table(timeline)))
     say("")
+    if (skipped := skipped_line(timeline)) is not None:
+        say(skipped)
     say(verdict(timeline))

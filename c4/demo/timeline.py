@@ -8,6 +8,7 @@ when every fault is both, and no firing finding matches no fault.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -102,7 +103,8 @@ def seconds(ns: int | None) -> str:
 
 
 def table(timeline: Timeline) -> list[tuple[str, ...]]:
-    """The timeline as rows of text cells (header first); an action per line."""
+    """The timeline as rows of text cells (header first); an action per line, skipped
+    actions left out."""
     out: list[tuple[str, ...]] = [
         ("at s", "injected fault", "culprit", "diagnosis", "suspect", "latency s", "actions")
     ]
@@ -111,8 +113,11 @@ def table(timeline: Timeline) -> list[tuple[str, ...]]:
         at = seconds(truth.onset_ns - timeline.start_ns)
         diagnosis = finding.class_ if finding else "MISSED"
         suspect = finding.suspects[0].id if finding and finding.suspects else "-"
-        shown = [a.text for a in row.actions if a.action in CHANGING] or ["(no action done)"]
-        alerts = [a for a in row.actions if a.action == "alert"]
+        # A skipped action changed nothing (the node was isolated already, the job had moved
+        # off it): the audit files keep it, the table counts it in `skipped_line`.
+        taken = [a for a in row.actions if a.status != "skipped"]
+        shown = [a.text for a in taken if a.action in CHANGING] or ["(no action done)"]
+        alerts = [a for a in taken if a.action == "alert"]
         if alerts:
             done = sum(1 for a in alerts if a.status == "done")
             shown.append(f"{done}/{len(alerts)} alerts delivered")
@@ -124,6 +129,22 @@ def table(timeline: Timeline) -> list[tuple[str, ...]]:
         at = seconds(finding.ts_ns - timeline.start_ns)
         out.append((at, "(none)", "-", f"FALSE {finding.class_}", suspect, "-", finding.job or ""))
     return out
+
+
+def skipped_line(timeline: Timeline) -> str | None:
+    """One line counting the skipped actions the table leaves out, by reason (None: none)."""
+    reasons = Counter(
+        str(a.detail.get("reason", "no reason"))
+        for row in timeline.rows
+        for a in row.actions
+        if a.status == "skipped"
+    )
+    if not reasons:
+        return None
+    total = sum(reasons.values())
+    said = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    noun = "action" if total == 1 else "actions"
+    return f"{total} skipped {noun} not shown ({said}); all actions are in actions.jsonl"
 
 
 def format_rows(rows: Sequence[tuple[str, ...]]) -> str:

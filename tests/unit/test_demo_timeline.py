@@ -12,7 +12,7 @@ from c4.dashboard.model import FeedView
 from c4.demo.receivers import Call
 from c4.demo.report import WallClock, write_report
 from c4.demo.run import DemoOptions, demo_topology, load_demo_scenario, simulator_plan
-from c4.demo.timeline import build_timeline, format_rows, table, verdict
+from c4.demo.timeline import build_timeline, format_rows, skipped_line, table, verdict
 from schemas.messages import Action, Diagnosis, Suspect
 from simulator import ground_truth
 from simulator.cluster import build_cluster
@@ -115,7 +115,34 @@ def test_diagnosed_but_only_alerted_or_skipped_is_not_acted_on() -> None:
     assert timeline.rows[0].finding is not None
     assert not timeline.rows[0].acted
     assert not timeline.passed
-    assert "isolate node-005 [skipped: already_isolated]" in format_rows(table(timeline))
+    text = format_rows(table(timeline))
+    assert "(no action done)" in text and "skipped" not in text
+    assert skipped_line(timeline) == (
+        "1 skipped action not shown (1 already_isolated); all actions are in actions.jsonl"
+    )
+
+
+def test_skipped_actions_are_counted_not_listed_and_failed_ones_are_listed() -> None:
+    diagnoses = [finding("d-1", "noncomm_slow", ("gpu", "node-005/gpu5"), 13.0)]
+    actions = [
+        action("d-1", "isolate", "node-005"),
+        action("d-1", "restart", "job-a", status="failed", reason="launcher_down"),
+        action("d-1", "restart", "job-b", status="skipped", reason="not_in_job"),
+        action("d-1", "alert", "node-005/gpu5", receiver="oncall"),
+        action("d-1", "alert", "node-005/gpu5", status="skipped", receiver="oncall"),
+    ]
+    timeline = build_timeline(T0, [SLOW], diagnoses, actions)
+    text = format_rows(table(timeline))
+    assert "isolate node-005" in text
+    assert "restart job-a [failed: launcher_down]" in text
+    assert "job-b" not in text and "skipped" not in text
+    assert "1/1 alerts delivered" in text  # the skipped alert is no undelivered one
+    assert skipped_line(timeline) == (
+        "2 skipped actions not shown (1 already_isolated, 1 not_in_job); "
+        "all actions are in actions.jsonl"
+    )
+    assert len(timeline.rows[0].actions) == 5  # the timeline itself keeps them all
+    assert skipped_line(build_timeline(T0, [SLOW], diagnoses, actions[:1])) is None
 
 
 def test_a_finding_before_the_onset_does_not_count() -> None:
