@@ -38,6 +38,7 @@ from producers.fr_entries import (
     members_of,
     short_repr,
 )
+from producers.fr_stall import stopped_ranks
 from schemas.base import MAX_ITEMS
 from schemas.messages import Collective, Ops, RankPlace
 
@@ -79,6 +80,7 @@ def convert(
     for file, rank_dump in enumerate(dumps):
         entries.extend(entries_of(file, rank_dump, members, result.skipped))
     infer_returned(entries, dumps)
+    _not_entered_by_stopped(dumps, entries, members, result.skipped)
     # Found once each: per group or per operation, they made a dump of many quadratic.
     oldest_records = [oldest_record_id(rank_dump) for rank_dump in dumps]
     held = [groups_held(rank_dump) for rank_dump in dumps]
@@ -112,12 +114,17 @@ def convert(
                 + [d.written_ns for f, d in enumerate(dumps) if d.rank == rank and name in held[f]]
             )
     trim_to_common_history(timelines)
+    _membership_timelines(dumps, members, timelines, stops)
     for file, count in sorted(never_started.items()):
         result.skipped.append(
             f"{dumps[file].source}: {count} operations scheduled but never started:"
             " reported as not entered"
         )
     span = _heartbeat_spans(timelines, result.skipped)
+    first_of: dict[int, int] = {}
+    for (*_, rank), ops in timelines.items():
+        for op in ops:
+            first_of[rank] = min(first_of.get(rank, op.enter_ns), op.enter_ns)
     for (comm, size, comm_rank, rank), ops in timelines.items():
         try:
             result.messages.extend(
@@ -131,7 +138,8 @@ def convert(
                     ops,
                     (places or {}).get(rank),
                     interval_ns,
-                    span[rank],
+                    span.get(rank, MAX_INTERVALS),
+                    first_of.get(rank),
                 )
             )
         except ValidationError as error:
@@ -143,6 +151,69 @@ def convert(
             )
     result.messages.sort(key=lambda message: message.ts_ns)
     return result
+
+
+def _not_entered_by_stopped(
+    dumps: list[RankDump],
+    entries: list[Entry],
+    members: Mapping[str, tuple[int, ...]],
+    skipped: list[str],
+) -> None:
+    """The unfinished calls of a rank that stopped issuing (`producers.fr_stall`) are not
+    reported entered: it is not waiting in them (its GPU stopped, or they wait for peers that
+    wait for it), and reported as waiting it would pass for a waiter, not the rank that stopped.
+    Only where the dumps do not say what started (timing off): else they say it."""
+    tracked = {
+        dumps[entry.file].rank
+        for entry in entries
+        if entry.end_ns is None and not entry.never_started and entry.op is not None
+    }
+    stopped = stopped_ranks(dumps, entries, members)
+    for rank, why in sorted(stopped.items()):
+        unfinished = [
+            entry
+            for entry in entries
+            if dumps[entry.file].rank == rank and entry.end_ns is None and not entry.never_started
+        ]
+        if not unfinished or rank not in tracked:
+            continue  # nothing reported differently
+        if any(_timed(dumps[entry.file]) for entry in unfinished):
+            continue
+        for entry in unfinished:
+            entry.never_started = True
+        skipped.append(
+            f"rank {rank}: stopped issuing ({why}): its {len(unfinished)} unfinished"
+            " operations reported as not entered"
+        )
+
+
+def _timed(rank_dump: RankDump) -> bool:
+    """Whether a dump says which operations started (TORCH_NCCL_ENABLE_TIMING=1)."""
+    return any(
+        isinstance(entry, Mapping) and isinstance(entry.get("time_discovered_started_ns"), int)
+        for entry in rank_dump.dump["entries"]
+    )
+
+
+def _membership_timelines(
+    dumps: list[RankDump],
+    members: Mapping[str, tuple[int, ...]],
+    timelines: dict[tuple[str, int, int, int], list[Op]],
+    stops: dict[tuple[str, int, int, int], int],
+) -> None:
+    """A timeline, empty where none is, for every group each rank with a dump is a member of:
+    its heartbeats name it as that member (by global rank) although its ring buffer kept none
+    of the group's operations."""
+    has = {(comm, rank) for (comm, _, _, rank) in timelines}
+    written: dict[int, int] = defaultdict(int)
+    for rank_dump in dumps:
+        written[rank_dump.rank] = max(written[rank_dump.rank], rank_dump.written_ns)
+    for name, group in members.items():
+        for index, rank in enumerate(group):
+            if rank in written and (name, rank) not in has:
+                key = (name, len(group), index, rank)
+                timelines[key] = []
+                stops[key] = written[rank]
 
 
 def _heartbeat_spans(
@@ -178,15 +249,18 @@ def _interval_messages(
     place: RankPlace | None,
     interval_ns: int,
     intervals: int = MAX_INTERVALS,
+    first_ns: int | None = None,
 ) -> list[Collective]:
     """The messages a live agent would have sent for one rank and communicator, going back
-    at most ``intervals`` intervals before its end."""
-    if not ops:
+    at most ``intervals`` intervals before its end; without operations, heartbeats from
+    ``first_ns`` (none when it is None)."""
+    if not ops and first_ns is None:
         return []
     ops = sorted(ops, key=lambda op: op.enter_ns)
-    stop = max(written_ns, max(op.end_ns or op.enter_ns for op in ops))
+    stop = max([written_ns] + [op.end_ns or op.enter_ns for op in ops])
     messages: list[Collective] = []
-    start = max(ops[0].enter_ns, stop - intervals * interval_ns)
+    first = ops[0].enter_ns if ops or first_ns is None else first_ns
+    start = max(first, stop - intervals * interval_ns)
     ts = start - start % interval_ns + interval_ns
     next_index = 0
     # Operations reported entered and not yet completed, by completion time (a heap: one

@@ -41,6 +41,10 @@ DTYPE_BYTES = {
     "float8_e4m3fn": 1,
     "float8_e5m2": 1,
 }
+# Backends that record themselves and retire an entry when its work completed (gloo when
+# the work finishes, ProcessGroupNCCL when its watchdog sees the end event: with timing off
+# that is the only sign of completion, states stay "scheduled").
+NATIVE_RECORDERS = ("gloo", "nccl")
 _P2P = re.compile(r"^(send|recv)\s+(\d+)\s*(->|<-)\s*(\d+|\?)$")
 # pg_config's ranks as torch writes them, "[0, 1, 2]" (or a tuple's "(0, 1)").
 _RANK_LIST = re.compile(r"\s*[\[(]\s*(?:\d{1,19}\s*(?:,\s*\d{1,19}\s*)*,?\s*)?[\])]\s*")
@@ -122,6 +126,9 @@ class Entry:
     end_ns: int | None
     returned: bool  # retired, which here only says the call returned (see _records_completion)
     never_started: bool
+    # Its call holds the calling thread until it returns (a CPU backend: gloo, or one the
+    # hook records); ProcessGroupNCCL's returns once the work is enqueued on the GPU.
+    holds_thread: bool = True
 
 
 def _members_from_config(dump: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -223,8 +230,8 @@ def _tracks_starts(dump: Mapping[str, Any]) -> bool:
 def _records_completion(dump: Mapping[str, Any]) -> bool:
     """Whether the recorder recorded completions (states or completion times).
 
-    Where it did, ``retired`` means the operation completed; so it does with native gloo,
-    which retires an entry when its work finishes. c10d's FlightRecorderHook (every backend
+    Where it did, ``retired`` means the operation completed; so it does with the backends
+    that record natively (`NATIVE_RECORDERS`). c10d's FlightRecorderHook (every backend
     that does not record itself: nccl2, mpi, ucc, plug-ins) retires an entry as soon as the
     call returns, before an isend or a blocking send completes, and records no state: there
     ``retired`` says nothing.
@@ -311,7 +318,7 @@ def entries_of(
             skipped.append(f"{where}: completion time out of range")
             continue
         retired = entry.get("retired") is True
-        if end is None and retired and (backend == "gloo" or records_completion):
+        if end is None and retired and (backend in NATIVE_RECORDERS or records_completion):
             end = enter  # finished; the dump does not say when
         result.append(
             Entry(
@@ -330,6 +337,7 @@ def entries_of(
                 enter_ns=enter,
                 end_ns=end,
                 returned=retired and end is None,
+                holds_thread=backend != "nccl",
                 never_started=(
                     starts and end is None and not retired and entry.get("state") == "scheduled"
                 ),
