@@ -2,7 +2,8 @@
 
 The live worker writes these to a changelog-backed table; here the core alone is checked:
 replay half a run, snapshot every job and node, restore into a fresh engine, replay the rest,
-and compare with the uninterrupted replay.
+and compare with the uninterrupted replay; through the stage interface
+(`streams.core.stage.DetectionStage`), as the live runtime drives it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from streams.core.snapshot import (
     read_snapshot,
     write_snapshot,
 )
+from streams.core.stage import JOB, NODE, DetectionStage
 
 Finding = tuple[str, str, str, tuple[str, ...]]
 
@@ -39,9 +41,9 @@ def _findings(diagnoses: Iterable[Diagnosis]) -> list[Finding]:
     return sorted((d.id, d.state, d.class_, tuple(s.id for s in d.suspects)) for d in diagnoses)
 
 
-def _run(engine: Engine, messages: list[C4Model]) -> list[Diagnosis]:
-    found = [d for m in messages for d in engine.process(m)]
-    return found + engine.check(engine.now_ns)
+def _run(stage: DetectionStage, messages: list[C4Model]) -> list[Diagnosis]:
+    found = [d for m in messages for d in stage.on_message(m)]
+    return found + stage.on_eof()
 
 
 def _suite_case(kind: str) -> tuple[Topology, list[C4Model], float]:
@@ -65,24 +67,21 @@ def test_restored_engine_finds_what_the_uninterrupted_one_finds(kind: str) -> No
     start = _ts(messages[0])
     split = next(i for i, m in enumerate(messages) if _ts(m) > start + int((fault_at + 1) * 1e9))
     expected = _run(uninterrupted, messages)
-    before = [d for m in messages[:split] for d in first.process(m)]
+    before = [d for m in messages[:split] for d in first.on_message(m)]
 
-    jobs = {job: encode_state(first.job_state(job) or {}) for job in first.jobs}
-    nodes = {
-        node: encode_state(state)
-        for node, state in first.node_states(first.hardware.nodes()).items()
-    }
-    assert jobs, "the run tracked no job before the split"
+    keys = first.keys(JOB) + first.keys(NODE)
+    blobs = {key: encode_state(state) for key, state in first.snapshot(keys).items()}
+    assert any(key.kind == JOB for key in blobs), "the run tracked no job before the split"
+    assert set(blobs) == set(keys)  # every key held has a state
 
     restored = Engine(topology=topology)
     # Route plans are shared facts (a global table live), not per-job state: fed again.
     for message in messages[:split]:
         if isinstance(message, Route):
-            restored.process(message)
-    for job, blob in jobs.items():
-        restored.restore_job(job, decode_state(blob))
-    for blob in nodes.values():
-        restored.restore_node(decode_state(blob))
+            restored.on_message(message)
+    for key, blob in blobs.items():
+        restored.restore(key, decode_state(blob))
+    assert restored.keys(JOB) == first.keys(JOB)
     after = _run(restored, messages[split:])
 
     assert _findings(before + after) == _findings(expected)
