@@ -73,11 +73,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             return 2
     try:
         names = parse_name_map(_text(args.map), args.map) if args.map else NO_RENAMES
-        topology = build_topology(_facts(args, names), args.gpus)
+        imported = build_topology(_facts(args, names), args.gpus)
     except (C4Error, TopologyError) as error:
         print(f"c4: error: {error}", file=sys.stderr)
         return 2
-    return write_output(args.out, encode(topology) + b"\n")
+    for note in imported.notes:
+        print(f"c4: note: {note} (a v1 topology has two tiers)", file=sys.stderr)
+    return write_output(args.out, encode(imported.topology) + b"\n")
 
 
 def add_import_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

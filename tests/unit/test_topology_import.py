@@ -279,3 +279,22 @@ def test_diff_names_moved_missing_and_new(
     ]
     (tmp_path / "broken.json").write_text("{")
     assert "broken.json" in failed(capsys, "diff", old, str(tmp_path / "broken.json"))
+
+
+def test_what_two_tiers_cannot_hold_is_left_out_and_said(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    conf = tmp_path / "topology.conf"
+    conf.write_text(
+        "SwitchName=l1 Nodes=n1\nSwitchName=l2 Nodes=n2 Switches=l1\n"
+        "SwitchName=s1 Switches=l1,l2\nSwitchName=s2 Switches=l2\nSwitchName=top Switches=s1,s2\n"
+    )
+    assert main(["topology", "import", "--slurm-conf", str(conf)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[1:] == [
+        "c4: note: left out 1 switches with no leaf below: top (a v1 topology has two tiers)",
+        "c4: note: left out 1 cables within a tier: l1~l2 (a v1 topology has two tiers)",
+    ]
+    topology = orjson.loads(captured.out)
+    assert [s["id"] for s in topology["switches"]] == ["l1", "l2", "s1", "s2"]
+    assert [link["id"] for link in topology["links"]] == ["l1~s1", "l2~s1", "l2~s2"]
