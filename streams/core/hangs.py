@@ -122,11 +122,13 @@ class HangCheck:
                 if data_now < due_at + patience and now_ns < due_at + 10 * patience:
                     return True
             score = 0.95 if len(members) <= 2 else max(0.3, 0.95 * 2 / len(members))
-            suspects = tuple(self._groups.rank_suspect(m, score) for m in members[:16])
+            reported = _known(members)
+            suspects = tuple(self._groups.rank_suspect(m, score) for m in reported[:16])
             evidence: dict[str, Any] = {
                 "comm": tracker.comm,
                 "seq": hang.seq,
-                "missing_ranks": list(hang.missing[:64]),
+                "missing_ranks": list(hang.missing[:64]),  # ranks inside the communicator
+                "suspect_global_ranks": [m.global_rank for m in reported[:16]],
                 "waiting_ranks": len(hang.unfinished),
             }
             self._book.fire_into(
@@ -137,11 +139,13 @@ class HangCheck:
             # go on) on nodes that are up: those processes stopped (SIGSTOP, a crash), not
             # the network. Their node is up, or node_down would explain it.
             tracker, hang, members = silent
-            suspects = tuple(self._groups.rank_suspect(m, 0.95) for m in members[:16])
+            reported = _known(members)
+            suspects = tuple(self._groups.rank_suspect(m, 0.95) for m in reported[:16])
             evidence = {
                 "comm": tracker.comm,
                 "seq": hang.seq,
                 "silent_ranks": [m.global_rank for m in members[:64]],
+                "suspect_global_ranks": [m.global_rank for m in reported[:16]],
                 "waiting_ranks": len(hang.unfinished) - len(members),
             }
             self._book.fire_into(
@@ -196,3 +200,9 @@ class HangCheck:
         if idle:
             return tuple(SuspectScore("port", str(p), 0.6) for p, _ in idle.most_common(2))
         return ()
+
+
+def _known(members: list[Member]) -> list[Member]:
+    """The members whose global rank is known: only they can be named (a member that never
+    reported is known by its index in the communicator, which names another rank)."""
+    return [m for m in members if m.global_rank is not None]
