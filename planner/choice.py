@@ -28,7 +28,7 @@ from typing import Literal
 from planner.balance import TOLERANCE, repair
 from planner.bound import problem_bound
 from planner.core import build_plan, incremental, moved_flows, solve
-from planner.phases import join, previous_of, split
+from planner.phases import join, previous_by_phase, split
 from planner.problem import build_problem
 from schemas.files import Flows, Plan, PlanPath
 from topology.ecmp import SwitchHash
@@ -71,8 +71,9 @@ def replan_choice(
     parts = split(flows)
     if parts is None:
         return _choice_one(fabric, previous, flows, down, hash_model, mode)
+    before = previous_by_phase(previous, flows)
     chosen = {
-        phase: _choice_one(fabric, previous_of(previous, part), part, down, hash_model, mode)
+        phase: _choice_one(fabric, before[phase], part, down, hash_model, mode)
         for phase, part in parts.items()
     }
     return _joined(previous, flows, chosen)

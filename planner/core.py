@@ -20,7 +20,7 @@ from pydantic import Field
 from planner.balance import TOLERANCE, Assignment, least_loaded, repair
 from planner.bound import problem_bound
 from planner.colouring import colour_balanced
-from planner.phases import join, previous_of, split
+from planner.phases import join, previous_by_phase, split
 from planner.problem import Problem, build_problem
 from schemas.files import Flows, Plan, PlanPath
 from topology.ecmp import SPORT_MIN, Ecmp, SwitchHash
@@ -88,8 +88,9 @@ def replan(
     parts = split(flows)
     if parts is None:
         return _replan_one(fabric, previous, flows, down, hash_model)
+    before = previous_by_phase(previous, flows)
     plans = {
-        phase: _replan_one(fabric, previous_of(previous, part), part, down, hash_model)
+        phase: _replan_one(fabric, before[phase], part, down, hash_model)
         for phase, part in parts.items()
     }
     return join(flows, plans)

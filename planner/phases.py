@@ -22,28 +22,47 @@ def split(flows: Flows) -> dict[str | None, Flows] | None:
     parts: dict[str | None, list[int]] = {}
     for index, flow in enumerate(flows.flows):
         parts.setdefault(flow.phase, []).append(index)
+    if len(parts) == 1:
+        return {flows.flows[0].phase: flows}
     items = flows.flows
+    # Parts of a valid file are valid (ids unique, ends distinct): built without revalidating.
     return {
-        phase: Flows(v=1, kind="flows", flows=tuple(items[i] for i in members), down=flows.down)
+        phase: Flows.model_construct(
+            v=1, kind="flows", flows=tuple(items[i] for i in members), down=flows.down
+        )
         for phase, members in parts.items()
     }
 
 
-def previous_of(previous: Plan, part: Flows) -> Plan:
-    """The previous plan's paths of one phase's flows (a replan of the phase keeps them)."""
-    wanted = {flow.id for flow in part.flows}
-    paths = tuple(path for path in previous.paths if path.flow in wanted)
-    return Plan(v=1, kind="plan", paths=paths, max_util=previous.max_util)
+def previous_by_phase(previous: Plan, flows: Flows) -> dict[str | None, Plan]:
+    """The previous plan's paths split by the phase their flow has now (one pass); the paths
+    of flows that are gone are left out, and every phase of the flows is there (maybe empty).
+    A replan of each phase keeps its own."""
+    phase_of = {flow.id: flow.phase for flow in flows.flows}
+    parts: dict[str | None, list[PlanPath]] = {phase: [] for phase in set(phase_of.values())}
+    for path in previous.paths:
+        if path.flow in phase_of:
+            parts[phase_of[path.flow]].append(path)
+    return {
+        phase: Plan.model_construct(
+            v=1, kind="plan", paths=tuple(paths), max_util=previous.max_util
+        )
+        for phase, paths in parts.items()
+    }
 
 
 def join(flows: Flows, plans: Mapping[str | None, Plan]) -> Plan:
     """One plan of the phases' plans: paths in the flows' order, the largest ``max_util``, and
     each named phase's own."""
+    worst = max((result.max_util for result in plans.values()), default=0.0)
+    named = {phase: result.max_util for phase, result in plans.items() if phase is not None}
+    if len(plans) == 1:
+        (only,) = plans.values()
+        return only.model_copy(update={"phases": named or None})
     by_flow: dict[str, PlanPath] = {}
     for result in plans.values():
         for path in result.paths:
             by_flow[path.flow] = path
     paths = tuple(by_flow[flow.id] for flow in flows.flows)
-    worst = max((result.max_util for result in plans.values()), default=0.0)
-    named = {phase: result.max_util for phase, result in plans.items() if phase is not None}
-    return Plan(v=1, kind="plan", paths=paths, max_util=worst, phases=named or None)
+    # Every path and number comes from a valid plan: built without revalidating.
+    return Plan.model_construct(v=1, kind="plan", paths=paths, max_util=worst, phases=named or None)

@@ -1,13 +1,20 @@
 """C4P and its alternatives on training traffic, scored in one flow-level model.
 
 Every method gives a spine per flow on the same `Problem` (a matrix's flows):
-- ``c4p``: `plan` run once per phase (a phase's flows only share links with each other,
-  phases running one after another), after a failure `replan` from the healthy plans;
-- ``c4p-all``: `plan` of every flow at once, as `reroute` plans running jobs today: it does
-  not know the phases, so it balances their sum;
+- ``c4p``: the product's plan, `plan` of the phased flows file (each phase planned apart,
+  phases running one after another), after a failure `replan_choice` from the healthy plan
+  (incremental: only the flows on the failed element move; ``best``: a few more moves for
+  a lower ``max_util``);
+- ``c4p-all``: `plan` of every flow at once, phases unknown (flows without ``phase``), as
+  reroute planned running jobs before phases: it balances the phases' sum;
 - ``ecmp``: a random source port per flow, hashed at the source leaf (`EcmpSampler`);
 - ``ecmp-4qp`` / ``ecmp-8qp``: each connection split into 4 or 8 queue pairs, each its own
   random source port (Meta's E-ECMP); a connection runs at q x its slowest queue pair;
+- ``spray``: a stand-in for flowlet switching and adaptive routing (per-packet-group
+  spraying over the equal-cost paths, as E-ECMP and adaptive routing do): every flow split
+  evenly over every spine, so a leaf's uplinks act as one link of their summed capacity (a
+  fluid ideal: no reordering, no lag of the load signal; after a failure a leaf sprays over
+  its usable uplinks, and a pair missing a spine at the far leaf is not modelled);
 - ``greedy``: per phase, flows by demand each on the spine minimising the larger of its
   two link loads (`balance.least_loaded`), no colouring, no repair;
 - ``bound``: `bound.problem_bound` per phase, the largest; its rates are the line-rate
@@ -31,6 +38,7 @@ from typing import TypeVar
 
 from planner.balance import Assignment, least_loaded
 from planner.bound import problem_bound
+from planner.choice import ReplanMode, replan_choice
 from planner.core import plan, replan
 from planner.eval.evaluation import (
     EcmpSampler,
@@ -47,7 +55,7 @@ from schemas.files import Flows, Plan
 from topology.ecmp import SPORT_MAX, SPORT_MIN, SwitchHash
 from topology.model import Fabric
 
-METHODS = ("c4p", "c4p-all", "ecmp", "ecmp-4qp", "ecmp-8qp", "greedy", "bound")
+METHODS = ("c4p", "c4p-all", "ecmp", "ecmp-4qp", "ecmp-8qp", "spray", "greedy", "bound")
 COMM_BOUND, MODERATE = 0.1, 1.0  # compute as a share of the ideal communication time
 SOURCE_PORTS = range(SPORT_MIN, SPORT_MAX + 1)  # the dynamic range RDMA stacks draw from
 T = TypeVar("T")
@@ -125,11 +133,63 @@ def c4p_plans(
     return plans
 
 
-def c4p_all_plan(fabric: Fabric, matrix: TrafficMatrix, previous: Plan | None = None) -> Plan:
-    """C4P given every flow at once (phases unknown); replanned from ``previous`` if given."""
+def c4p_plan(
+    fabric: Fabric,
+    matrix: TrafficMatrix,
+    previous: Plan | None = None,
+    mode: ReplanMode = "incremental",
+) -> Plan:
+    """The product's plan of the phased flows; with the plan before a failure, its replan."""
     if previous is None:
         return plan(fabric, matrix.flows)
-    return replan(fabric, previous, matrix.flows)
+    return replan_choice(fabric, previous, matrix.flows, mode=mode).plan
+
+
+def c4p_all_plan(fabric: Fabric, matrix: TrafficMatrix, previous: Plan | None = None) -> Plan:
+    """C4P given every flow at once (phases unknown); replanned from ``previous`` if given."""
+    flows = unphased(matrix.flows)
+    if previous is None:
+        return plan(fabric, flows)
+    return replan(fabric, previous, flows)
+
+
+def unphased(flows: Flows) -> Flows:
+    """The flows without their phases: every flow competes with every other."""
+    items = tuple(flow.model_copy(update={"phase": None}) for flow in flows.flows)
+    return Flows(v=1, kind="flows", flows=items, down=flows.down)
+
+
+def spray_links(problem: Problem) -> tuple[list[tuple[int, ...]], list[float]]:
+    """Per flow its links when sprayed over every spine, and the capacities they index.
+
+    An inter-leaf flow crosses its two cables and two bundles: its source leaf's usable
+    uplinks as one link (numbered after the directed links, ``2 leaf``) and its destination
+    leaf's downlinks (``2 leaf + 1``), each of their summed capacity.
+    """
+    fabric, down = problem.fabric, problem.down
+    capacity = list(fabric.directed_gbps)
+    base = len(capacity)
+    bundles = [0.0] * (2 * len(fabric.uplinks))
+    for leaf, ups in enumerate(fabric.uplinks):
+        for link in ups.values():
+            if link >= 0 and link not in down:
+                bundles[2 * leaf] += capacity[2 * link]
+                bundles[2 * leaf + 1] += capacity[2 * link + 1]
+    links: list[tuple[int, ...]] = []
+    for f, spines in enumerate(problem.cands):
+        a, b = 2 * problem.src[f], 2 * problem.dst[f] + 1
+        if spines:
+            up, dn = base + 2 * problem.src_leaf[f], base + 2 * problem.dst_leaf[f] + 1
+            links.append((a, up, dn, b))
+        else:
+            links.append((a, b))
+    return links, capacity + bundles
+
+
+def spray_scores(problem: Problem, matrix: TrafficMatrix) -> Scores:
+    """The scores of spraying every flow over every equal-cost path (see the module doc)."""
+    links, capacity = spray_links(problem)
+    return score_links(problem, matrix, links, capacity)
 
 
 def plan_spines_of(problem: Problem, plans: Iterable[Plan]) -> list[int]:
@@ -173,8 +233,19 @@ def phase_max_util(problem: Problem, matrix: TrafficMatrix, spines: Sequence[int
 def score(problem: Problem, matrix: TrafficMatrix, spines: Sequence[int], qps: int = 1) -> Scores:
     """The scores of a spine per flow; with ``qps`` > 1 ``problem`` is the matrix's problem
     split by `split_queue_pairs` and ``spines`` has a spine per queue pair."""
-    links = flow_links(problem, spines)
-    capacity = problem.fabric.directed_gbps
+    return score_links(
+        problem, matrix, flow_links(problem, spines), problem.fabric.directed_gbps, qps
+    )
+
+
+def score_links(
+    problem: Problem,
+    matrix: TrafficMatrix,
+    links: Sequence[Sequence[int]],
+    capacity: Sequence[float],
+    qps: int = 1,
+) -> Scores:
+    """`score` of flows given the links each crosses (indices into ``capacity``)."""
     connections = problem.size // qps
     rate = [0.0] * connections
     worst_util = 0.0

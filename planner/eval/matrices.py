@@ -13,7 +13,8 @@ Phases, each a set of connections (every connection ``qps`` flows, one per queue
   stage on one rail (so on different nodes).
 Within a phase a port's connections share its line rate equally, and every flow asks for
 its share: a phase loads every cable it uses to exactly 1.0, so what is left to lose is in
-the fabric. Phases run one after another (see `evaluation.iteration_ratio`).
+the fabric. Phases run one after another (see `evaluation.iteration_ratio`): every flow
+carries its phase's name as the contract's ``phase``, so the planner plans each apart.
 """
 
 from __future__ import annotations
@@ -190,9 +191,10 @@ class _JobBuilder:
         """One connection as ``qps`` flows; ``gbps_share``: connections sharing each port."""
         a, b = self.fabric.ports[src], self.fabric.ports[dst]
         gbps = min(a.gbps, b.gbps) / gbps_share / qps
+        phase = tag.partition("/")[0]  # tags start with their phase's name
         for q in range(qps):
             flow = f"{self.job}/{tag}" if qps == 1 else f"{self.job}/{tag}/q{q}"
-            self.rows.append({"id": flow, "src": src, "dst": dst, "gbps": gbps})
+            self.rows.append({"id": flow, "src": src, "dst": dst, "gbps": gbps, "phase": phase})
 
     def build(self, channels: int, qps: int, model: ModelSize) -> tuple[Phase, ...]:
         """Every phase's flows, appended to the rows; phases without flows left out."""

@@ -7,6 +7,7 @@ import pytest
 
 from planner.eval.baselines import (
     c4p_all_plan,
+    c4p_plan,
     c4p_plans,
     ecmp_scores,
     greedy_spines,
@@ -15,6 +16,8 @@ from planner.eval.baselines import (
     plan_spines_of,
     score,
     split_queue_pairs,
+    spray_links,
+    spray_scores,
 )
 from planner.eval.evaluation import (
     connection_rates,
@@ -23,7 +26,7 @@ from planner.eval.evaluation import (
     low_percentile,
     max_min_rates,
 )
-from planner.eval.matrices import Mix, training_matrix
+from planner.eval.matrices import Mix, fail, training_matrix
 from tests.unit.planner_cases import make_fabric
 from topology.ecmp import hash_model
 from topology.generate import Shape
@@ -124,3 +127,44 @@ def test_plan_is_no_worse_than_any_baseline_and_greedy_no_better_than_the_bound(
     assert bound.comm_bound == 1.0 and bound.worst_gbps == min(
         flow.gbps for flow in matrix.flows.flows
     )
+
+
+def test_spraying_splits_a_leaf_s_flows_over_its_uplinks_as_one_link() -> None:
+    # The COLLIDE fabric: two flows leave leaf 0 over two 200G uplinks; sprayed, they never
+    # collide (ECMP's worst case puts both on one uplink at 2.0).
+    fabric = make_fabric(COLLIDE)
+    matrix = training_matrix(fabric, "dp", 1, seed=1, channels=1)
+    problem = matrix_problem(fabric, matrix)
+    links, capacity = spray_links(problem)
+    inter = [f for f, spines in enumerate(problem.cands) if spines]
+    assert inter
+    for f in inter:
+        bundle = links[f][1]
+        assert bundle >= len(fabric.directed_gbps)
+        assert capacity[bundle] == pytest.approx(400.0)  # both uplinks of the leaf
+    sprayed = spray_scores(problem, matrix)
+    assert sprayed.max_util == pytest.approx(1.0)
+    assert sprayed.comm_bound == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("mix", ["3d", "moe"])
+def test_the_product_plan_of_phased_flows_is_at_the_per_phase_bound(mix: Mix) -> None:
+    fabric = make_fabric(Shape(nodes=32, spines=4, nics=2, nodes_per_leaf=4))
+    matrix = training_matrix(fabric, mix, 2, seed=9)
+    assert all(flow.phase is not None for flow in matrix.flows.flows)
+    problem = matrix_problem(fabric, matrix)
+    product = c4p_plan(fabric, matrix)
+    planned = score(problem, matrix, plan_spines_of(problem, [product]))
+    unphased = score(problem, matrix, plan_spines_of(problem, [c4p_all_plan(fabric, matrix)]))
+    bound = ideal_scores(problem, matrix)
+    assert planned.max_util == pytest.approx(bound.max_util)
+    assert product.max_util == pytest.approx(bound.max_util)
+    assert unphased.max_util > planned.max_util  # phases counted together: their sum
+    # After a spine is lost the replan moves only what crossed it and sprayed flows lose a
+    # share of their leaf's uplinks, never a whole one.
+    failed = fail(fabric, matrix, "spine", seed=3)
+    after = c4p_plan(fabric, failed, product)
+    problem_after = matrix_problem(fabric, failed)
+    replanned = score(problem_after, failed, plan_spines_of(problem_after, [after]))
+    assert replanned.max_util >= ideal_scores(problem_after, failed).max_util - 1e-9
+    assert spray_scores(problem_after, failed).max_util <= replanned.max_util + 1e-9
