@@ -30,19 +30,17 @@ from c4.dashboard.model import (  # noqa: E402
 )
 from c4.demo.receivers import Call  # noqa: E402
 from c4.demo.timeline import (  # noqa: E402
-    CHANGING,
     Timeline,
     format_rows,
-    seconds,
     skipped_line,
     table,
     verdict,
 )
+from c4.demo.timeline_plot import timeline_figure  # noqa: E402
 from schemas.files import Topology  # noqa: E402
 from topology.model import Fabric  # noqa: E402
 
 NS_PER_S = 1_000_000_000
-COLOURS = {"fault": "#d62728", "diagnosis": "#1f77b4", "action": "#2ca02c", "alert": "#999999"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,53 +116,7 @@ def _timeline_data(timeline: Timeline, clock: WallClock) -> dict[str, Any]:
 
 
 def _timeline_plot(path: Path, timeline: Timeline, clock: WallClock) -> str:
-    rows = timeline.rows
-    start = timeline.start_ns
-    figure, axes = plt.subplots(figsize=(10, 1.2 + 0.7 * max(1, len(rows))))
-    for lane, row in enumerate(rows):
-        y = len(rows) - lane
-        onset = (row.truth.onset_ns - start) / NS_PER_S
-        axes.scatter([onset], [y], marker="v", s=90, color=COLOURS["fault"], zorder=3)
-        if row.finding is not None:
-            found = (row.finding.ts_ns - start) / NS_PER_S
-            axes.plot([onset, found], [y, y], color=COLOURS["diagnosis"], linewidth=2)
-            axes.scatter([found], [y], marker="o", s=70, color=COLOURS["diagnosis"], zorder=3)
-            axes.annotate(
-                f"{row.finding.class_} ({seconds(row.latency_ns)} s)",
-                (found, y),
-                xytext=(6, 6),
-                textcoords="offset points",
-                fontsize=8,
-            )
-        for action in row.actions:
-            at = (clock.event_ns(action.ts_ns) - start) / NS_PER_S
-            kind = "action" if action.action in CHANGING else "alert"
-            axes.scatter([at], [y - 0.18], marker="s", s=30, color=COLOURS[kind], zorder=3)
-    axes.set_yticks(
-        [len(rows) - i for i in range(len(rows))],
-        [f"{r.truth.type}\n{r.truth.suspect_id}" for r in rows],
-        fontsize=8,
-    )
-    axes.set_xlabel("event time (s since the run's start)")
-    axes.set_ylim(0.3, len(rows) + 0.7)
-    axes.grid(axis="x", alpha=0.3)
-    handles = [
-        axes.scatter([], [], marker="v", color=COLOURS["fault"], label="fault injected"),
-        axes.scatter([], [], marker="o", color=COLOURS["diagnosis"], label="diagnosed"),
-        axes.scatter([], [], marker="s", color=COLOURS["action"], label="isolate/restart/reroute"),
-        axes.scatter([], [], marker="s", color=COLOURS["alert"], label="alert"),
-    ]
-    axes.legend(
-        handles=handles,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.35),
-        ncol=4,
-        fontsize=8,
-        frameon=False,
-    )
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    timeline_figure(timeline, clock.event_ns).savefig(path, dpi=110)
     return path.name
 
 

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from html.parser import HTMLParser
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
 import orjson
+from matplotlib.collections import PathCollection
+from matplotlib.colors import to_hex
 
 from c4.dashboard.model import FeedView
 from c4.demo.receivers import Call
 from c4.demo.report import WallClock, write_report
 from c4.demo.run import DemoOptions, demo_topology, load_demo_scenario, simulator_plan
 from c4.demo.timeline import build_timeline, format_rows, skipped_line, table, verdict
+from c4.demo.timeline_plot import COLOURS, MARK_S, stack, timeline_figure
 from schemas.messages import Action, Diagnosis, Suspect
 from simulator import ground_truth
 from simulator.cluster import build_cluster
@@ -221,3 +225,38 @@ def test_the_simulators_routes_are_the_plan_in_force() -> None:
     crossing = [p for p in current.plan.paths if "leaf-1a~spine-a-1" in p.links]
     assert len(crossing) == 12  # the link the built-in scenario takes down carries 12 flows
     assert current.plan.max_util > 0
+
+
+def test_actions_and_alerts_of_one_time_stand_apart_the_actions_on_top() -> None:
+    diagnoses = [finding("d-1", "noncomm_slow", ("gpu", "node-005/gpu5"), 13.9)]
+    actions = [  # all at T0 + 30 s, as the alert, isolate and restart of one finding come
+        action("d-1", "alert", "node-005/gpu5", receiver="oncall"),
+        action("d-1", "isolate", "node-005"),
+        action("d-1", "restart", "job-a", replaced={"node-005": "node-000"}),
+        action("d-1", "isolate", "node-005", status="skipped"),
+    ]
+    timeline = build_timeline(T0, [SLOW], diagnoses, actions)
+    figure = timeline_figure(timeline, lambda wall_ns: wall_ns)
+    squares: dict[str, list[PathCollection]] = {"action": [], "alert": []}
+    for collection in figure.axes[0].collections:
+        colour = to_hex(collection.get_facecolor()[0])
+        kinds = [kind for kind in squares if COLOURS[kind] == colour]
+        if kinds and len(collection.get_offsets()):  # the legend's handles hold no point
+            assert isinstance(collection, PathCollection)
+            squares[kinds[0]].append(collection)
+    assert [len(squares["action"]), len(squares["alert"])] == [2, 1]  # the skipped one: none
+    drawn = squares["action"] + squares["alert"]
+    assert {float(c.get_offsets()[0][0]) for c in drawn} == {30.0}  # each at its own time
+    assert min(c.get_zorder() for c in squares["action"]) > squares["alert"][0].get_zorder()
+    where = [c.get_offset_transform().transform(c.get_offsets())[0] for c in drawn]
+    side_px = MARK_S**0.5 * figure.dpi / 72
+    for i, first in enumerate(where):
+        for second in where[i + 1 :]:
+            assert abs(first[1] - second[1]) >= side_px  # one under the other, none covered
+    assert min(p[1] for p in where[:2]) > where[2][1]  # the actions nearest the lane
+    figure.savefig(BytesIO(), format="png")
+
+
+def test_markers_close_in_time_take_the_next_free_place() -> None:
+    assert stack([30.0, 30.0, 40.0, 30.05, 40.0], near=0.1) == [0, 1, 0, 2, 1]
+    assert stack([30.0, 30.2], near=0.1) == [0, 0]
