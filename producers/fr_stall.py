@@ -150,7 +150,7 @@ def stopped_ranks(
             if n < front:
                 behind[rank][group] = f"{group} ({n} of {front})"
 
-    spanning = _spanning(entries, dumps, members)
+    spanning = _spanning(entries, members)
     stopped: dict[int, str] = {}
     for rank, groups in sorted(behind.items()):
         last = states[rank].last
@@ -168,19 +168,19 @@ def stopped_ranks(
     return stopped
 
 
-def _spanning(
-    entries: list[Entry], dumps: list[RankDump], members: Mapping[str, tuple[int, ...]]
-) -> set[str]:
-    """The groups that hold both ranks of a point-to-point pair: they span pipeline stages.
+def _spanning(entries: list[Entry], members: Mapping[str, tuple[int, ...]]) -> set[str]:
+    """The groups that hold two members of a point-to-point group: they span pipeline stages
+    (the members of a group that sends and receives between its members are at different
+    stages). Found from any dump's entries of the point-to-point group, not each pair's: a
+    rank's ring buffer may have kept none of its own.
 
     Tensor-, data- and expert-parallel groups run one part of the model in step: a member
     ahead there went past where the others wait. A group spanning the stages (the world)
     holds ranks at other points of the step, ahead or behind for no fault of theirs.
     """
-    pairs = {(dumps[entry.file].rank, entry.peer) for entry in entries if entry.peer is not None}
-    spanning: set[str] = set()
-    for name, ranks in members.items():
-        held = set(ranks)
-        if any(a in held and b in held for a, b in pairs):
-            spanning.add(name)
-    return spanning
+    stages = {frozenset(members.get(entry.group, ())) for entry in entries if entry.p2p}
+    return {
+        name
+        for name, ranks in members.items()
+        if any(len(stage.intersection(ranks)) >= 2 for stage in stages)
+    }

@@ -13,6 +13,8 @@ import pytest
 
 from producers.fr_convert import convert
 from producers.fr_dump import load_dump, read_dump_folder
+from producers.fr_entries import entries_of, members_of
+from producers.fr_stall import stopped_ranks
 from schemas.codec import decode, encode
 from schemas.messages import Collective, Diagnosis, Job, RankPlace
 
@@ -123,3 +125,19 @@ def test_a_rank_without_entries_of_a_group_still_reports_in_it_by_global_rank(
             assert {m.rank for m in sent} == {index}
     # Some membership is known from pg_config alone: its ring buffer kept none of it.
     assert any((rank, g.name) not in held for g in job_groups() for rank in g.ranks)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_pg_status_tells_how_far_a_rank_went_where_its_ring_buffer_kept_nothing(
+    tmp_path: Path, case: str
+) -> None:
+    # Two to four entries per rank: most groups' progress is known only from pg_status,
+    # keyed by each rank's own index of its groups (paired with pg_config's names by order
+    # where no entry of the group is left to pair them).
+    stopped = write_case(tmp_path / "dumps", case, ring=(2, 4))
+    dumps = read_dump_folder(tmp_path / "dumps")
+    members = members_of(dumps)
+    skipped: list[str] = []
+    entries = [e for f, d in enumerate(dumps) for e in entries_of(f, d, members, skipped)]
+    assert skipped == []
+    assert sorted(stopped_ranks(dumps, entries, members)) == stopped
