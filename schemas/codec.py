@@ -23,6 +23,7 @@ from schemas.messages import (
     Job,
     Link,
     Member,
+    Neighbours,
     Route,
 )
 from schemas.topics import FABRIC_KEY, TOPICS_BY_KIND, KeyRule, reads_as
@@ -40,6 +41,7 @@ MESSAGE_MODELS: dict[str, type[C4Model]] = {
     "collective": Collective,
     "collectives": Collectives,
     "link": Link,
+    "neighbours": Neighbours,
     "gpu": Gpu,
     "job": Job,
     "member": Member,

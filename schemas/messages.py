@@ -1,4 +1,4 @@
-"""Models of the nine v1 message kinds that travel on Kafka topics."""
+"""Models of the v1 message kinds that travel on Kafka topics."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ DiagnosisClass = Literal[
     "gpu_fault",
     "node_down",
     "ranks_missing",
+    "miscabled",
 ]
 SuspectType = Literal["rank", "node", "gpu", "port", "link", "switch"]
 ActionName = Literal["isolate", "restart", "reroute", "alert", "release"]
@@ -279,6 +280,41 @@ class Link(C4Model):
     state: Literal["up", "down"]
     gbps: NonNegFloat | None = None
     counters: LinkCounters
+
+
+class NeighbourPort(C4Model):
+    """One port of the node and the switch port LLDP says its cable goes to."""
+
+    port: Id
+    switch: Id
+    switch_port: Id | None = None
+
+
+MAX_NODE_PORTS = 1024  # as many as a topology's node may have
+
+
+class Neighbours(C4Model):
+    """What a node agent's LLDP sees at the far end of each of its ports (``c4 agent
+    --lldp``): the facts a miscabled port is found by."""
+
+    model_config = C4Model.model_config | {
+        "json_schema_extra": {"x-c4-rules": ["port ids are unique"]}
+    }
+
+    v: Literal[1]
+    kind: Literal["neighbours"]
+    node: Id
+    ts_ns: Nanos
+    ports: tuple[NeighbourPort, ...] = Field(max_length=MAX_NODE_PORTS)
+
+    @model_validator(mode="after")
+    def _check_ports(self) -> Self:
+        seen: set[str] = set()
+        for index, each in enumerate(self.ports):
+            if each.port in seen:
+                broken_rule(f"ports[{index}].port", f"{each.port!r} listed twice")
+            seen.add(each.port)
+        return self
 
 
 class Gpu(C4Model):

@@ -42,7 +42,7 @@ class Topic:
 COLLECTIVE = Topic(
     "c4.collective.v1", "collective", KeyRule.JOB, "node agents", batch_kind="collectives"
 )
-LINK = Topic("c4.link.v1", "link", KeyRule.NODE, "node agents")
+LINK = Topic("c4.link.v1", "link", KeyRule.NODE, "node agents", other_kinds=("neighbours",))
 GPU = Topic("c4.gpu.v1", "gpu", KeyRule.NODE, "node agents")
 JOB = Topic(
     "c4.job.v1",

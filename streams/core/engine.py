@@ -12,8 +12,19 @@ from typing import Any, Protocol
 from schemas.base import C4Model
 from schemas.codec import decode_object
 from schemas.files import Topology
-from schemas.messages import Collective, Collectives, Diagnosis, Gpu, Job, Link, Member, Route
+from schemas.messages import (
+    Collective,
+    Collectives,
+    Diagnosis,
+    Gpu,
+    Job,
+    Link,
+    Member,
+    Neighbours,
+    Route,
+)
 from streams.core.alignment import LinkAlignment
+from streams.core.cabling import CablingCheck
 from streams.core.clock import TickClock
 from streams.core.fabric import FabricCorrelator
 from streams.core.findings import FindingBook, OpenFinding
@@ -206,6 +217,7 @@ class Engine:
         )
         self._routes: Routes = self.routes if shared is None else _SharedRoutes(self.routes, shared)
         self.fabric = FabricCorrelator(topology)
+        self.cabling = CablingCheck(topology)  # ports LLDP finds on another leaf
         # Which leaf each NIC port hangs off: a job tells a slow fabric link from a slow port.
         self._leaf_of: dict[str, str] = {
             f"{node.id}/{port.id}": port.leaf
@@ -280,6 +292,8 @@ class Engine:
                 out.extend(self._look_again())
         elif isinstance(message, Gpu):
             out.extend(self.hardware.on_gpu(message))
+        elif isinstance(message, Neighbours):
+            out.extend(self.cabling.on_neighbours(message))
         elif isinstance(message, Job):
             # The job's held reports come before a fact about it (a stop, a new placement).
             out.extend(self._release(message.job))

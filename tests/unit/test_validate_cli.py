@@ -24,7 +24,7 @@ def test_all_valid_exits_zero(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == b""
     # One example per kind, the collectives batch counting as its two messages.
-    assert b"14 valid, 0 rejected" in result.stderr
+    assert b"15 valid, 0 rejected" in result.stderr
 
 
 def test_rejected_lines_are_numbered_and_exit_one() -> None:
