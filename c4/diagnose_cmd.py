@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from c4.inputs import InputError, json_lines, load_document, load_params, overlong_line
+from c4.progress import ReadProgress
 from schemas.base import C4Model
 from schemas.codec import Rejection, decode, encode
 from schemas.files import Topology
@@ -81,10 +82,11 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         load_placements(engine, args.jobs)
     out = sys.stdout.buffer
     stream = sys.stdin.buffer if args.file == "-" else Path(args.file).open("rb")  # noqa: SIM115
-    with stream, fewer_collections():
-        lines = json_lines(stream, args.file)
-        for diagnosis in replay(engine, lines, stats, sys.stderr):
-            out.write(encode(diagnosis) + b"\n")
+    with stream, fewer_collections(), ReadProgress(stream, "diagnose", sys.stderr) as progress:
+        lines = json_lines(progress.source, args.file)
+        for diagnosis in replay(engine, lines, stats, progress.messages):
+            with progress.above(sys.stdout):
+                out.write(encode(diagnosis) + b"\n")
     out.flush()
     if stats.rejected and not stats.messages:
         # Nothing was diagnosed: "no finding" would be a claim about no data.

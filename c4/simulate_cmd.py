@@ -13,6 +13,7 @@ from typing import IO, TYPE_CHECKING
 import orjson
 
 from c4.inputs import load_document
+from c4.progress import event_progress, on_terminal
 from c4.scenarios import SimulateError, load_scenario, place
 from producers.batching import pack_stream
 from schemas.base import C4Model
@@ -28,19 +29,33 @@ if TYPE_CHECKING:
 BATCH = 4096  # lines per write: fewer system calls, bounded memory
 
 
-def run_messages(cluster: Cluster, scenario: Scenario, pack: bool) -> Iterator[C4Model]:
-    """The run's messages in event time; with ``pack``, collectives batched as agents do."""
+def run_messages(
+    cluster: Cluster, scenario: Scenario, pack: bool, shown: bool = False
+) -> Iterator[C4Model]:
+    """The run's messages in event time; with ``pack``, collectives batched as agents do;
+    with ``shown``, a bar of the event time reached on stderr while it is a terminal."""
     messages = simulate_cluster(cluster, scenario)
+    if shown:
+        start = scenario.start_ns
+        messages = event_progress(
+            messages,
+            lambda message: getattr(message, "ts_ns", start),
+            start,
+            scenario.duration_s,
+            "simulate",
+            sys.stderr,
+        )
     return pack_stream(messages) if pack else messages
 
 
 def write_run(
     cluster: Cluster, scenario: Scenario, out: IO[bytes], pack: bool = False
 ) -> Counter[str]:
-    """Simulate and write every message as a JSON line; returns the count per kind."""
+    """Simulate and write every message as a JSON line; returns the count per kind. A bar
+    shows the progress unless ``out`` is the terminal (the lines themselves show it)."""
     counts: Counter[str] = Counter()
     batch: list[bytes] = []
-    for message in run_messages(cluster, scenario, pack):
+    for message in run_messages(cluster, scenario, pack, shown=not on_terminal(out)):
         counts[type(message).__name__.lower()] += 1
         batch.append(encode(message))
         if len(batch) >= BATCH:
@@ -65,7 +80,7 @@ def publish_run(
 
     publisher = Publisher(settings.kafka_client_config(), settings.topic_prefix)
     sent = 0
-    for message in paced(run_messages(cluster, scenario, pack), speed):
+    for message in paced(run_messages(cluster, scenario, pack, shown=True), speed):
         publisher.publish(message)
         sent += 1
     publisher.flush()
