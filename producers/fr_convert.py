@@ -120,11 +120,11 @@ def convert(
             f"{dumps[file].source}: {count} operations scheduled but never started:"
             " reported as not entered"
         )
-    span = _heartbeat_spans(timelines, result.skipped)
     first_of: dict[int, int] = {}
     for (*_, rank), ops in timelines.items():
         for op in ops:
             first_of[rank] = min(first_of.get(rank, op.enter_ns), op.enter_ns)
+    span = _heartbeat_spans(timelines, first_of, result.skipped)
     for (comm, size, comm_rank, rank), ops in timelines.items():
         try:
             result.messages.extend(
@@ -205,10 +205,15 @@ def _membership_timelines(
     its heartbeats name it as that member (by global rank) although its ring buffer kept none
     of the group's operations."""
     has = {(comm, rank) for (comm, _, _, rank) in timelines}
+    # Only communicators that other ranks report in: a member unheard of there is the one
+    # named by its index. Each rank heartbeats within its share (`_heartbeat_spans`).
+    reported = {comm for (comm, _, _, _), ops in timelines.items() if ops}
     written: dict[int, int] = defaultdict(int)
     for rank_dump in dumps:
         written[rank_dump.rank] = max(written[rank_dump.rank], rank_dump.written_ns)
     for name, group in members.items():
+        if name not in reported:
+            continue
         for index, rank in enumerate(group):
             if rank in written and (name, rank) not in has:
                 key = (name, len(group), index, rank)
@@ -217,12 +222,15 @@ def _membership_timelines(
 
 
 def _heartbeat_spans(
-    timelines: Mapping[tuple[str, int, int, int], list[Op]], skipped: list[str]
+    timelines: Mapping[tuple[str, int, int, int], list[Op]],
+    first_of: Mapping[int, int],
+    skipped: list[str],
 ) -> dict[int, int]:
-    """Global rank -> how many intervals back each of its timelines reports."""
+    """Global rank -> how many intervals back each of its timelines reports (those without
+    operations count too: they heartbeat from the rank's first operation)."""
     count: dict[int, int] = defaultdict(int)
     for (*_, rank), ops in timelines.items():
-        count[rank] += bool(ops)
+        count[rank] += bool(ops) or rank in first_of
     span: dict[int, int] = {}
     for rank, timelines_of_rank in count.items():
         span[rank] = max(1, MAX_INTERVALS * FULL_TIMELINES_PER_RANK // max(timelines_of_rank, 1))

@@ -68,7 +68,10 @@ def _local_names(rank_dump: RankDump) -> dict[str, str]:
         return names
     # Groups are created in the order of their names (a counter), a rank's own indexes count
     # them up from 0: used only where it agrees with every pair the entries show.
-    ordered = sorted((key for key in config if isinstance(key, str) and key.isdigit()), key=int)
+    ordered = sorted(
+        (key for key in config if isinstance(key, str) and key.isascii() and key.isdigit()),
+        key=lambda key: (len(key.lstrip("0")), key.lstrip("0")),  # as numbers, however long
+    )
     by_order = {str(index): name for index, name in enumerate(ordered)}
     if all(by_order.get(pg_id) == name for pg_id, name in names.items()):
         for pg_id, name in by_order.items():
@@ -150,7 +153,7 @@ def stopped_ranks(
             if n < front:
                 behind[rank][group] = f"{group} ({n} of {front})"
 
-    spanning = _spanning(entries, members)
+    spanning = _spanning(entries, members, {g for gs in behind.values() for g in gs})
     stopped: dict[int, str] = {}
     for rank, groups in sorted(behind.items()):
         last = states[rank].last
@@ -168,8 +171,10 @@ def stopped_ranks(
     return stopped
 
 
-def _spanning(entries: list[Entry], members: Mapping[str, tuple[int, ...]]) -> set[str]:
-    """The groups that hold two members of a point-to-point group: they span pipeline stages
+def _spanning(
+    entries: list[Entry], members: Mapping[str, tuple[int, ...]], groups: set[str]
+) -> set[str]:
+    """Which of ``groups`` hold two members of a point-to-point group: they span pipeline stages
     (the members of a group that sends and receives between its members are at different
     stages). Found from any dump's entries of the point-to-point group, not each pair's: a
     rank's ring buffer may have kept none of its own.
@@ -178,9 +183,20 @@ def _spanning(entries: list[Entry], members: Mapping[str, tuple[int, ...]]) -> s
     ahead there went past where the others wait. A group spanning the stages (the world)
     holds ranks at other points of the step, ahead or behind for no fault of theirs.
     """
-    stages = {frozenset(members.get(entry.group, ())) for entry in entries if entry.p2p}
-    return {
-        name
-        for name, ranks in members.items()
-        if any(len(stage.intersection(ranks)) >= 2 for stage in stages)
-    }
+    stages: dict[frozenset[int], int] = {}
+    for name in sorted({entry.group for entry in entries if entry.p2p}):
+        stages.setdefault(frozenset(members.get(name, ())), len(stages))
+    stage_of: dict[int, list[int]] = defaultdict(list)
+    for ranks, stage in stages.items():
+        for rank in ranks:
+            stage_of[rank].append(stage)
+    spanning: set[str] = set()
+    for name in groups:
+        seen: set[int] = set()
+        for rank in members.get(name, ()):
+            mine = stage_of.get(rank, ())
+            if seen.intersection(mine):
+                spanning.add(name)
+                break
+            seen.update(mine)
+    return spanning
