@@ -4,6 +4,7 @@ GPU health and port counters come from NVML and sysfs, or from exporters the clu
 runs: ``--dcgm-url`` (dcgm-exporter) instead of NVML, ``--node-exporter-url`` (node_exporter's
 InfiniBand collector) instead of sysfs, or ``--prometheus-url`` (both, through a Prometheus
 server) instead of either; ``--nvml`` / ``--sysfs`` keep the replaced source on as well.
+``--lldp`` adds each port's LLDP neighbour (lldpd's), from which miscabled ports are found.
 
 ``--once --print`` runs one round of every source and prints the messages as JSON Lines
 instead of publishing them (for checking a node by hand). Otherwise messages go to Kafka
@@ -42,10 +43,11 @@ from producers.exporters import (
 )
 from producers.flight_recorder import FlightRecorderSource
 from producers.handoff import HandoffSource
+from producers.lldp import LldpSource
 from producers.nccl_inspector import InspectorSource
 from producers.nvml import NvmlSource
 from producers.publisher import Publisher
-from producers.sources import Source
+from producers.sources import Source, SourceUnavailable
 from producers.spool import SpoolError
 from producers.sysfs import SysfsSource
 from schemas.base import C4Model
@@ -164,6 +166,12 @@ def build_sources(args: argparse.Namespace) -> list[Source]:
     if args.handoff:
         checkpoint = Path(args.handoff_state) if args.handoff_state else None
         sources.append(HandoffSource(Path(args.handoff), args.interval, checkpoint=checkpoint))
+    if args.lldp:
+        try:
+            lldp = LldpSource(node, args.lldp_interval, Path(args.sysfs_root), args.lldp_socket)
+        except SourceUnavailable as error:
+            raise AgentError(str(error)) from None
+        sources.append(lldp)
     return sources
 
 
@@ -266,6 +274,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     exporters.add_argument(
         "--nvml", action="store_true", help="read NVML too, beside an exporter's gpu messages"
     )
+    parser.add_argument(
+        "--lldp",
+        action="store_true",
+        help="report each port's LLDP neighbour (lldpd's lldpcli): miscabled ports are found",
+    )
+    parser.add_argument(
+        "--lldp-interval", type=_seconds, default=60.0, help="LLDP neighbours, s (60)"
+    )
+    parser.add_argument("--lldp-socket", help="lldpd's control socket (lldpcli -u)")
     parser.add_argument("--inspector-dir", help="NCCL Inspector dump folder to tail")
     parser.add_argument("--fr-dir", help="Flight Recorder dump folder to watch")
     parser.add_argument("--handoff", help="folder the torch instrumentation writes to")

@@ -3,8 +3,12 @@
 lldpd writes ``{"lldp": {"interface": {...}}}``: one interface as an object keyed by its name,
 several as a list of such objects, none as ``{"lldp": {}}``. Each interface names the
 neighbour's chassis (the switch's system name) and port (its name when the switch sends it as
-the port id, else the port description). A file named after a switch (a name the nodes' files
-give as a neighbour) describes that switch's cables: those to other switches are its uplinks.
+the port id, else the port description).
+
+Files of switches may sit beside the nodes' (a switch OS that runs lldpd): their cables to
+other switches are the uplinks. A system is a switch when LLDP says it bridges or routes
+(capability Bridge or Router enabled, as switches advertise); a system nothing says that of
+is a switch when it has no file of its own (what the nodes see), else a node.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class Neighbour:
     interface: str
     chassis: str
     port: str
+    # Whether the neighbour bridges or routes; None when it advertises no capabilities.
+    forwards: bool | None = None
 
 
 def _line_of(text: str, needle: str) -> int:
@@ -62,6 +68,18 @@ def _port_name(port: Any) -> str | None:
     return str(ident["value"]) if isinstance(ident, dict) and ident.get("value") else None
 
 
+def _forwards(chassis: Any) -> bool | None:
+    capabilities = chassis.get("capability") if isinstance(chassis, dict) else None
+    if isinstance(capabilities, dict):
+        capabilities = [capabilities]
+    if not isinstance(capabilities, list) or not capabilities:
+        return None
+    return any(
+        isinstance(each, dict) and each.get("type") in ("Bridge", "Router") and each.get("enabled")
+        for each in capabilities
+    )
+
+
 def parse_neighbours(text: str, source: str) -> list[Neighbour]:
     """The neighbours in one file's text; `ImportInputError` naming the line of bad input."""
     try:
@@ -72,13 +90,15 @@ def parse_neighbours(text: str, source: str) -> list[Neighbour]:
     try:
         for interface, facts in _interfaces(document):
             chassis = facts.get("chassis") if isinstance(facts, dict) else None
-            names = [name for name in chassis if name != "id"] if isinstance(chassis, dict) else []
+            if not isinstance(chassis, dict):
+                chassis = {}
+            names = [name for name in chassis if name != "id"]
             port = _port_name(facts.get("port")) if isinstance(facts, dict) else None
             if len(names) != 1 or port is None:
                 line = _line_of(text, f'"{interface}"')
                 detail = f"interface {interface!r}: no neighbour chassis name and port"
                 raise at_line(source, line, detail)
-            found.append(Neighbour(interface, names[0], port))
+            found.append(Neighbour(interface, names[0], port, _forwards(chassis[names[0]])))
     except ValueError as error:
         raise at_line(source, 1, str(error)) from None
     return found
@@ -120,7 +140,14 @@ def parse_lldp_dir(
         message = f"{folder}: more than {MAX_FILES} files"
         raise ImportInputError(message)
     reports = {names.name(path.stem): parse_neighbours(_read(path), str(path)) for path in paths}
-    switches = {names.name(n.chassis) for found in reports.values() for n in found}
+    said: dict[str, bool] = {}
+    for found in reports.values():
+        for neighbour in found:
+            if neighbour.forwards is not None:
+                name = names.name(neighbour.chassis)
+                said[name] = said.get(name, False) or neighbour.forwards
+    seen = {names.name(n.chassis) for found in reports.values() for n in found}
+    switches = {name for name in seen if said.get(name, name not in reports)}
     facts = FabricFacts()
     for reporter, found in reports.items():
         for neighbour in found:

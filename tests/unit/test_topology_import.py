@@ -201,11 +201,15 @@ def test_lldp_captured_from_lldpd(capsys: pytest.CaptureFixture[str], tmp_path: 
 def test_lldp_switch_files_give_the_uplinks(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    def capabilities(chassis: str) -> list[dict[str, object]]:
+        switch = not chassis.startswith("node")
+        return [{"type": "Bridge", "enabled": switch}, {"type": "Station", "enabled": not switch}]
+
     def neighbours(*pairs: tuple[str, str, str]) -> bytes:
         interfaces = [
             {
                 local: {
-                    "chassis": {chassis: {"id": {}}},
+                    "chassis": {chassis: {"id": {}, "capability": capabilities(chassis)}},
                     "port": {"id": {"type": "ifname", "value": port}},
                 }
             }
@@ -215,7 +219,9 @@ def test_lldp_switch_files_give_the_uplinks(
 
     (tmp_path / "node-001.json").write_bytes(neighbours(("eth0", "leaf-1", "swp1")))
     (tmp_path / "node-002.json").write_bytes(neighbours(("eth0", "leaf-2", "swp1")))
-    (tmp_path / "leaf-1.json").write_bytes(neighbours(("swp9", "spine", "swp1")))
+    (tmp_path / "leaf-1.json").write_bytes(
+        neighbours(("swp1", "node-001", "eth0"), ("swp9", "spine", "swp1"))
+    )
     (tmp_path / "leaf-2.json").write_bytes(neighbours(("swp9", "spine", "swp2")))
     (tmp_path / "spine.json").write_bytes(neighbours(("swp1", "leaf-1", "swp9")))
     topology = imported(capsys, "--lldp", str(tmp_path))
