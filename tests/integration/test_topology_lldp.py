@@ -1,18 +1,27 @@
 """LLDP with Debian's lldpd on veth pairs between network namespaces (made and removed here):
 ``c4 topology import --lldp`` on the real ``lldpcli -f json show neighbors`` of every system,
 ``c4 agent --lldp`` reporting the same facts, and a cable moved to another leaf found as a
-``miscabled`` finding by the detection engine (``c4 diagnose``), with both leaves."""
+``miscabled`` finding, with both leaves: by the detection engine offline (``c4 diagnose``) and
+live, the agent publishing to Kafka and the detection worker (``faust -A c4.faust_app``)
+reading it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
+from schemas.codec import encode
 from tests.integration.fabric_tools import accepted_by_state_and_plan, c4
+from tests.integration.live_runs import DiagnosisReader
 from tests.integration.lldp_fabric import LldpFabric
+from tests.integration.test_live_detection import KINDS
+from tests.integration.workers import REPO, create_topics
 
 pytestmark = pytest.mark.integration
 
@@ -78,22 +87,28 @@ def test_import_from_every_systems_lldpcli_output(
     assert "2 nodes" in accepted_by_state_and_plan(out, redis_url, unique)
 
 
-def agent_report(fabric: LldpFabric, sysfs: Path) -> dict[str, object]:
-    """One round of ``c4 agent --lldp`` on node-001, printed."""
+def agent(fabric: LldpFabric, sysfs: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """One round of ``c4 agent --lldp`` on node-001 (its stdout)."""
     result = c4(
-        "agent", "--once", "--print", "--no-sysfs", "--no-nvml", "--lldp",
-        "--node", "node-001", "--lldp-socket", str(fabric.sockets["node-001"]),
-        "--sysfs-root", str(sysfs),
+        "agent", "--once", "--no-sysfs", "--no-nvml", "--lldp", "--node", "node-001",
+        "--lldp-socket", str(fabric.sockets["node-001"]), "--sysfs-root", str(sysfs), *args,
+        env=env,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    messages = [orjson.loads(line) for line in result.stdout.splitlines()]
+    return result.stdout
+
+
+def agent_report(fabric: LldpFabric, sysfs: Path) -> dict[str, object]:
+    """One round of ``c4 agent --lldp`` on node-001, printed."""
+    printed = agent(fabric, sysfs, "--print")
+    messages = [orjson.loads(line) for line in printed.splitlines()]
     assert [m["kind"] for m in messages] == ["neighbours"]
     report: dict[str, object] = messages[0]
     return report
 
 
 def test_agent_reports_neighbours_and_a_moved_cable_is_miscabled(
-    fabric: LldpFabric, tmp_path: Path
+    fabric: LldpFabric, tmp_path: Path, kafka_bootstrap: str, unique: str
 ) -> None:
     # The node's RDMA ports, as sysfs ties them to interfaces (RoCE).
     sysfs = tmp_path / "sys"
@@ -145,3 +160,49 @@ def test_agent_reports_neighbours_and_a_moved_cable_is_miscabled(
         "found_leaf": "leaf-01",
         "switch_port": "swp7",
     }
+
+    live = live_findings(fabric, sysfs, path, tmp_path, kafka_bootstrap, unique)
+    assert [(d["class"], d["state"], d["evidence"]) for d in live] == [
+        ("miscabled", "firing", findings[0]["evidence"])
+    ]
+
+
+def live_findings(
+    fabric: LldpFabric, sysfs: Path, topology: Path, tmp_path: Path, bootstrap: str, unique: str
+) -> list[dict[str, object]]:
+    """The agent publishes a round to Kafka; the detection worker (with the topology) reads
+    it: the findings on the diagnosis topic."""
+    prefix = f"test.{unique}."
+    create_topics(bootstrap, [f"{prefix}c4.{kind}.v1" for kind in KINDS], 2)
+    env = {
+        "C4_KAFKA_BOOTSTRAP": bootstrap,
+        "C4_TOPIC_PREFIX": prefix,
+        "C4_TOPIC_PARTITIONS": "2",
+        "C4_STACK_DIR": str(tmp_path / "stack"),
+        "C4_STREAMS_APP_ID": f"test-{unique}",
+        "C4_STREAMS_METRICS_PORT": "0",
+        "C4_STREAMS_TOPOLOGY": str(topology),
+    }
+    log_path = tmp_path / "faust.log"
+    argv = [sys.executable, "-m", "faust", "-A", "c4.faust_app", "worker", "-l", "warn"]
+    with log_path.open("wb") as log:
+        worker = subprocess.Popen(  # noqa: S603 - fixed argv
+            [*argv, "--without-web"],
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(REPO), **env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        agent(fabric, sysfs, "--spool-dir", str(tmp_path / "spool"), env=env)
+        reader = DiagnosisReader(bootstrap, f"{prefix}c4.diagnosis.v1", f"check-{unique}")
+
+        def alive() -> None:
+            assert worker.poll() is None, log_path.read_text()[-3000:]
+
+        found = reader.until(lambda f: any(d.class_ == "miscabled" for d in f), 120, alive)
+        reader.close()
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    return [orjson.loads(encode(d)) for d in found]
