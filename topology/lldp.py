@@ -126,20 +126,26 @@ def parse_lldp_dir(
     port_gbps: float = 200.0,
     uplink_gbps: float = 400.0,
 ) -> FabricFacts:
-    """The fabric of a folder of ``<node>.json`` files. Interfaces keep their names unless
+    """The fabric of a folder of ``<node>.json`` files (every file but hidden ones is read,
+    its name less ``.json`` being the system's). Interfaces keep their names unless
     ``names`` maps them (``ens1f0np0 mlx5_0:1``); LLDP gives no speeds, the defaults do."""
     try:
-        paths = sorted(path for path in folder.iterdir() if path.suffix == ".json")
+        paths = sorted(
+            path for path in folder.iterdir() if not path.name.startswith(".") and path.is_file()
+        )
     except OSError as error:
         message = f"cannot read {folder}: {error.strerror or error}"
         raise ImportInputError(message) from None
     if not paths:
-        message = f"{folder}: no <node>.json files"
+        message = f"{folder}: no files (one per node: <node>.json)"
         raise ImportInputError(message)
     if len(paths) > MAX_FILES:
         message = f"{folder}: more than {MAX_FILES} files"
         raise ImportInputError(message)
-    reports = {names.name(path.stem): parse_neighbours(_read(path), str(path)) for path in paths}
+    reports = {
+        names.name(path.name.removesuffix(".json")): parse_neighbours(_read(path), str(path))
+        for path in paths
+    }
     said: dict[str, bool] = {}
     for found in reports.values():
         for neighbour in found:

@@ -38,6 +38,11 @@ COMMANDS = [
     ["diagnose", "--params", "{hostile}", "messages.jsonl"],
     ["score", "--truth", "{hostile}", "messages.jsonl"],
     ["topology", "slurm-conf", "--topology", "{hostile}"],
+    ["topology", "import", "--ibnetdiscover", "{hostile}"],
+    ["topology", "import", "--slurm-conf", "{hostile}"],
+    ["topology", "import", "--lldp", "{folder}"],
+    ["topology", "import", "--slurm-conf", "topology.json", "--map", "{hostile}"],
+    ["topology", "diff", "{hostile}", "topology.json"],
     ["plan", "--topology", "{hostile}", "--flows", "flows.json"],
     ["plan", "--topology", "topology.json", "--flows", "{hostile}"],
     ["simulate", "--scenario", "{hostile}"],
@@ -118,6 +123,6 @@ def test_a_hostile_file_gives_a_non_zero_exit_and_one_error_line(
     else:
         assert last.startswith(("c4: error: ", f"c4 {command[0]}: error: ")), err
         name = "/dev/zero" if kind == "dev-zero" else kind
-        if command[0] == "convert":
+        if command[0] == "convert" or "--lldp" in command:
             name = f"folder-{kind}"  # the folder, its file named on the lines before
         assert name in last, err

@@ -180,11 +180,13 @@ def test_slurm_conf_bad_input_is_one_line_with_its_number(
 
 
 def test_lldp_captured_from_lldpd(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    shutil.copy(FIXTURES / "lldp-node-001.json", tmp_path / "node-001.json")
-    shutil.copy(FIXTURES / "lldp-none.json", tmp_path / "node-002.json")
+    folder = tmp_path / "lldp"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "lldp-node-001.json", folder / "node-001.json")
+    shutil.copy(FIXTURES / "lldp-none.json", folder / "node-002")  # .json may be left out
     renames = tmp_path / "map"
     renames.write_text("n-eth0 mlx5_0:1\nn-eth1 mlx5_1:1\n")
-    topology = imported(capsys, "--lldp", str(tmp_path), "--map", str(renames))
+    topology = imported(capsys, "--lldp", str(folder), "--map", str(renames))
     assert topology["nodes"] == [
         {
             "id": "node-001",
