@@ -344,12 +344,13 @@ class DetectionFlow:
     async def forget(self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         """Partitions revoked: hand their jobs, nodes (and the correlator) over."""
         revoked = args[0] if args else kwargs.get("revoked", set())
-        topics, live = self.topics, self.live
+        topics = self.topics
         self.lag.reset()
         self._placements_elsewhere = None  # of the old assignment: the timer asks anew
         for kind, topic in ((JOB, "collective"), (NODE, "link")):
             gone = topics.revoked_of(revoked, topic)
-            live.on_revoked([key for key in live.held(kind) if topics.partition(key.id) in gone])
+            held = self.stage.keys(kind)
+            self.live.on_revoked([key for key in held if topics.partition(key.id) in gone])
         if any(tp.topic == topics.fabric_paths for tp in revoked):
             self._fabric.revoke()
         self.export_findings()  # not one scrape more of what the next owner exports now

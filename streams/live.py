@@ -298,10 +298,6 @@ class LiveDetection:
             for key in keys:
                 self._stage.drop(key)
 
-    def held(self, kind: str) -> list[StateKey]:
-        """The keys of ``kind`` whose state this worker holds now."""
-        return self._stage.keys(kind)
-
 
 def _key_of(message: Collective | Link | Gpu) -> tuple[str, str, str]:
     """What a measurement's lateness is judged against: its job's reports from its node (each
