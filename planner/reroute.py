@@ -98,7 +98,8 @@ def job_flows(fabric: Fabric, jobs: Iterable[Job]) -> JobFlows:
         if job.state == "stopped":
             continue  # a restarting job's placement is where it is coming back: planned
         places = {place.rank: place for place in job.ranks}
-        kinds = comm_kinds(job.comms, len(job.ranks) or None)
+        node_of = {place.rank: place.node for place in job.ranks}
+        kinds = comm_kinds(job.comms, len(job.ranks) or None, node_of)
         for comm, members in sorted(job.comms.items()):
             # A rank without a place is a node of its own: its hops are named, not planned.
             nodes = [places[rank].node if rank in places else f"?{rank}" for rank in members]

@@ -28,10 +28,10 @@ case for a phase, not a claim that phases of different jobs never meet.
 
 - ``pp``: a pipeline pair, named ``<pipeline group>:p2p:<lo>-<hi>`` as the contract's
   collective messages name it: its two directions;
-- ``world``: a communicator over every rank of a job that has other communicators on the
-  network (the default process group: barriers and small collectives): a ring;
-- ``ep``: a communicator inside another one (an expert group inside its data-parallel
-  group): an all-to-all, every ordered pair of members on different nodes (``n (n-1)``
+- ``world``: a communicator over every rank of a job that has other communicators over
+  several nodes (the default process group: barriers and small collectives): a ring;
+- ``ep``: a communicator inside another one over several nodes (an expert group inside its
+  data-parallel group): an all-to-all, every ordered pair of members on different nodes (``n (n-1)``
   flows for ``n`` members on ``n`` nodes), each from the sender's port to the receiver's;
 - ``dp``: any other communicator (data parallel; a plain job's one communicator): a ring.
 
@@ -103,11 +103,18 @@ def kind_hops(kind: Kind, nodes: Sequence[Hashable]) -> tuple[tuple[int, int], .
     return all_pairs(nodes) if kind == "ep" else network_hops(nodes)
 
 
-def comm_kinds(comms: Mapping[str, Sequence[int]], ranks: int | None = None) -> dict[str, Kind]:
-    """Each communicator's kind (see the module doc), from ids and members alone.
+def comm_kinds(
+    comms: Mapping[str, Sequence[int]],
+    ranks: int | None = None,
+    node_of: Mapping[int, Hashable] | None = None,
+) -> dict[str, Kind]:
+    """Each communicator's kind (see the module doc), from ids and members.
 
-    ``ranks`` is the job's world size (default: the ranks the communicators hold). Only the
-    members matter, not their places: a communicator inside one node gets a kind too.
+    ``ranks`` is the job's world size (default: the ranks the communicators hold). With
+    ``node_of`` (rank -> node; a rank missing is a node of its own) only communicators over
+    several nodes count as others for ``world`` and as holders for ``ep`` (a plain job's one
+    ring holds its tensor-parallel groups inside nodes: it stays ``dp``); without it every
+    communicator counts. A communicator inside one node gets a kind too (it has no flows).
     """
     world = ranks if ranks is not None else len({r for members in comms.values() for r in members})
     kinds: dict[str, Kind] = {}
@@ -117,20 +124,28 @@ def comm_kinds(comms: Mapping[str, Sequence[int]], ranks: int | None = None) -> 
             kinds[comm] = "pp"
         else:
             collective[comm] = frozenset(members)
-    if len(collective) > 1:
-        for comm, group in collective.items():
+
+    def crossing(group: frozenset[int]) -> bool:
+        if node_of is None:
+            return True
+        return len({node_of.get(rank, ("?", rank)) for rank in group}) > 1
+
+    network = {comm: group for comm, group in collective.items() if crossing(group)}
+    if len(network) > 1:
+        for comm, group in network.items():
             if len(group) >= world > 1:
                 kinds[comm] = "world"
     inner = {comm: group for comm, group in collective.items() if comm not in kinds}
     # A communicator is an expert group when a larger one holds it: look only at those that
     # hold its lowest member (each rank is in a few communicators).
     holding: dict[int, list[frozenset[int]]] = {}
-    for group in inner.values():
-        for rank in group:
-            holding.setdefault(rank, []).append(group)
+    for comm, group in inner.items():
+        if comm in network:
+            for rank in group:
+                holding.setdefault(rank, []).append(group)
     for comm, group in inner.items():
         held = bool(group) and any(
-            len(other) > len(group) and group < other for other in holding[min(group)]
+            len(other) > len(group) and group < other for other in holding.get(min(group), ())
         )
         kinds[comm] = "ep" if held else "dp"
     return kinds

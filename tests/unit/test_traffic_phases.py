@@ -63,6 +63,12 @@ def test_kinds_from_ids_and_members() -> None:
         "t0": "dp",
     }
     assert comm_kinds({"only": [0, 1, 2]}) == {"only": "dp"}  # a plain job's one ring
+    # A plain job's ring over every rank holds its tensor-parallel groups, inside nodes: with
+    # the ranks' nodes it stays a data-parallel ring, and they count for nothing.
+    plain = {"ring": [0, 1, 2, 3], "tp0": [0, 1], "tp1": [2, 3]}
+    node_of = {0: "a", 1: "a", 2: "b", 3: "b"}
+    assert comm_kinds(plain, 4, node_of)["ring"] == "dp"
+    assert comm_kinds(plain, 4)["ring"] == "world"  # without places every group counts
 
 
 def moe_cluster(ep: int) -> tuple[Fabric, list[PlacedJob]]:
