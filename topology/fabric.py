@@ -80,6 +80,10 @@ def _listed(names: list[str], most: int = 5) -> str:
 def build_topology(facts: FabricFacts, gpus: int) -> Imported:
     """The v1 topology of the facts; `ImportInputError` when they break one of its rules
     (the same port twice, a port on a switch that is not a leaf)."""
+    for name in (*facts.switches, *(port.node for port in facts.ports)):
+        if "/" in name:
+            message = f"{name!r}: '/' joins node and port in ids: rename it with --map"
+            raise ImportInputError(message)
     leaves = {port.switch for port in facts.ports}
     spines = {
         other

@@ -13,9 +13,10 @@ The file is a list of records, one per node the subnet manager's discovery reach
 
 Every cable shows on both of its ends; each is taken once. An HCA is named the way rdma-core
 names it, ``"<host> <device>"``: node ``<host>``, port ``<device>:<port number>``. A switch is
-its NodeDescription. Speeds come from the link's width and rate (``4xNDR`` is 4 lanes of
-100 Gb/s) when the line gives them, else from the defaults. Router records are not part of a
-leaf-spine fabric: their cables are left out.
+its NodeDescription, or the host name in an NVIDIA one (``MF0;leaf-07:MQM9700/U1``). Speeds
+come from the link's width and rate (``4xNDR`` is 4 lanes of 100 Gb/s) when the line gives
+them, else from the defaults. Router records are not part of a leaf-spine fabric: their
+cables are left out.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ _PORT = re.compile(
     r"(?:\[ext \d+\])?(?:\([0-9a-fA-F]+\))?\s*(.*)$"
 )
 _SPEED = re.compile(r"\b(\d+)x(" + "|".join(sorted(LANE_GBPS, key=len, reverse=True)) + r")\b")
+_MELLANOX = re.compile(r"^MF0;([^:;/\s]+):")
 _HEADER = re.compile(r"^[A-Za-z_]+=\S*")  # vendid=, devid=, sysimgguid=, switchguid=, caguid=
 _SECTION = re.compile(r"^(Non-Chassis Nodes|Chassis\b.*|ChassisGUID\b.*)$")
 
@@ -73,6 +75,13 @@ def _guid(ident: str) -> int | None:
         return int(digits, 16)
     except ValueError:
         return None
+
+
+def _switch_name(description: str) -> str:
+    """NVIDIA switches describe themselves as ``MF0;<host name>:<model>/<unit>``: the host
+    name is the switch's name (a ``/`` would read as a node/port id)."""
+    match = _MELLANOX.match(description)
+    return match.group(1) if match else description
 
 
 def _speed(comment: str) -> float | None:
@@ -123,7 +132,7 @@ def parse_ibnetdiscover(
     switch_names: dict[str, str] = {}
     for record in records:
         if record.kind == "Switch":
-            name = names.name(record.description or record.ident, _guid(record.ident))
+            name = names.name(_switch_name(record.description or record.ident), _guid(record.ident))
             if not name or any(character.isspace() for character in name):
                 detail = f"switch {record.ident} is named {name!r}: give it a name with --map"
                 raise at_line(source, record.line, detail)

@@ -306,3 +306,87 @@ def test_what_two_tiers_cannot_hold_is_left_out_and_said(
     topology = orjson.loads(captured.out)
     assert [s["id"] for s in topology["switches"]] == ["l1", "l2", "s1", "s2"]
     assert [link["id"] for link in topology["links"]] == ["l1~s1", "l2~s1", "l2~s2"]
+
+
+# A dual-port HCA, two parallel leaf-spine cables and NVIDIA switch descriptions, written as
+# ibnetdiscover writes them.
+DUAL = """\
+switchguid=0x10(10)
+Switch\t40 "S-0000000000000010"\t\t# "MF0;leaf-07:MQM9700/U1" enhanced port 0 lid 3 lmc 0
+[1]\t"H-0000000000000001"[1](2) \t\t# "gpu07 mlx5_0" lid 5 4xNDR
+[2]\t"H-0000000000000001"[2](3) \t\t# "gpu07 mlx5_0" lid 6 2xNDR
+[33]\t"S-0000000000000020"[1]\t\t# "MF0;spine-1:MQM9700/U1" lid 4 4xNDR
+[34]\t"S-0000000000000020"[2]\t\t# "MF0;spine-1:MQM9700/U1" lid 4 4xNDR
+
+switchguid=0x20(20)
+Switch\t64 "S-0000000000000020"\t\t# "MF0;spine-1:MQM9700/U1" enhanced port 0 lid 4 lmc 0
+[1]\t"S-0000000000000010"[33]\t\t# "MF0;leaf-07:MQM9700/U1" lid 3 4xNDR
+[2]\t"S-0000000000000010"[34]\t\t# "MF0;leaf-07:MQM9700/U1" lid 3 4xNDR
+
+caguid=0x1
+Ca\t2 "H-0000000000000001"\t\t# "gpu07 mlx5_0"
+[1](2) \t"S-0000000000000010"[1]\t\t# lid 5 lmc 0 "MF0;leaf-07:MQM9700/U1" lid 3 4xNDR
+[2](3) \t"S-0000000000000010"[2]\t\t# lid 6 lmc 0 "MF0;leaf-07:MQM9700/U1" lid 3 2xNDR
+"""
+
+
+def test_dual_port_hca_parallel_cables_and_nvidia_switch_names(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = tmp_path / "ibnet.txt"
+    source.write_text(DUAL)
+    renames = tmp_path / "map"
+    renames.write_text("gpu07 node-007\n")
+    topology = imported(capsys, "--ibnetdiscover", str(source), "--map", str(renames))
+    assert topology["nodes"] == [
+        {
+            "id": "node-007",
+            "gpus": 8,
+            "ports": [
+                {"id": "mlx5_0:1", "leaf": "leaf-07", "gbps": 400.0},
+                {"id": "mlx5_0:2", "leaf": "leaf-07", "gbps": 200.0},
+            ],
+        }
+    ]
+    assert topology["links"] == [
+        {"id": "leaf-07~spine-1", "a": "leaf-07", "b": "spine-1", "gbps": 800.0}
+    ]
+
+
+def test_a_name_with_a_slash_must_be_mapped(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = tmp_path / "ibnet.txt"
+    source.write_text(DUAL.replace("MF0;leaf-07:MQM9700/U1", "leaf/07"))
+    message = failed(capsys, "import", "--ibnetdiscover", str(source))
+    assert message == "c4: error: 'leaf/07': '/' joins node and port in ids: rename it with --map"
+
+
+def test_diff_names_switch_cables_speeds_and_tiers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    def written(name: str, conf: str, *options: str) -> str:
+        (tmp_path / f"{name}.conf").write_text(conf)
+        out = str(tmp_path / f"{name}.json")
+        assert main(["topology", "import", "--slurm-conf", f"{tmp_path}/{name}.conf", *options,
+                     "--out", out]) == 0  # fmt: skip
+        return out
+
+    old = written(
+        "old", "SwitchName=l1 Nodes=n1\nSwitchName=l2 Nodes=n2\nSwitchName=s Switches=l[1-2]\n"
+    )
+    new = written(
+        "new",
+        "SwitchName=l1 Nodes=n1\nSwitchName=l2 Nodes=n2\nSwitchName=s Switches=l1\n"
+        "SwitchName=t Switches=l2\n",
+        "--port-gbps", "100",
+    )  # fmt: skip
+    capsys.readouterr()
+    assert main(["topology", "diff", old, new]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "speed n1/node:1: 200 -> 100 Gb/s",
+        "speed n2/node:1: 200 -> 100 Gb/s",
+        "new t: switch (tier 2)",
+        "missing l2~s: switch cable",
+        "new l2~t: switch cable",
+    ]
