@@ -523,6 +523,7 @@ class Engine:
         found = [f for detector in self.jobs.values() for f in detector.book.open_findings()]
         found += self.membership.open_findings()
         found += self.hardware.book.open_findings()
+        found += self.cabling.book.open_findings()
         if self.local_fabric:
             found += self.fabric.book.open_findings()
         return found

@@ -43,6 +43,7 @@ def test_a_port_on_another_leaf_fires_once_and_resolves_when_back() -> None:
         "found_leaf": "leaf-1b",
     }
     assert engine.process(report(3, mlx5_0_2="leaf-1b")) == []  # still there: no new finding
+    assert [f.id for f in engine.open_findings()] == [finding.id]  # counted as open (metrics)
     resolved = engine.process(report(4, mlx5_0_2="leaf-0b"))
     assert [(d.id, d.state) for d in resolved] == [(finding.id, "resolved")]
     # The topology is never corrected from a report: the same move fires again.
