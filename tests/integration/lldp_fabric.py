@@ -19,7 +19,8 @@ LLDPD_READY_S = 90.0
 
 
 def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)  # noqa: S607
+    ip = installed("ip", ("iproute2",), "apt-get install -y iproute2")
+    subprocess.run([ip, *args], check=True, capture_output=True, timeout=30)  # noqa: S603
 
 
 @dataclass
@@ -76,7 +77,8 @@ class LldpFabric:
             socket = self.run_dir / f"{name}.sock"
             self.sockets[name] = socket
             log = (self.folder / f"{name}.lldpd.log").open("wb")
-            argv = ["ip", "netns", "exec", namespace, self.lldpd, "-d", "-u", str(socket)]
+            ip = installed("ip", ("iproute2",), "apt-get install -y iproute2")
+            argv = [ip, "netns", "exec", namespace, self.lldpd, "-d", "-u", str(socket)]
             argv += ["-O", str(config), "-L", self.lldpcli]
             self._daemons.append(
                 subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
