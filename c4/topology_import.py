@@ -1,8 +1,9 @@
 """``c4 topology import``: the real fabric's v1 topology from what operators already run.
 
 ibnetdiscover (InfiniBand), ``lldpcli -f json show neighbors`` per node (RoCE, Ethernet) or
-Slurm's topology.conf. The topology written is what the importer found, nothing guessed
-beyond the tiers: a switch with node ports is a leaf, any other a spine.
+Slurm's topology.conf (``topology.fabric`` holds what they share). The topology written is
+what the importer found, nothing guessed beyond the tiers: a switch with node ports is a
+leaf, one cabled to a leaf a spine. ``c4 topology diff`` compares two topologies.
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ def add_import_parser(actions: argparse._SubParsersAction[argparse.ArgumentParse
         "import",
         help="write the real fabric's v1 topology from ibnetdiscover, LLDP or topology.conf",
         description=(
-            "Leaves are the switches with node ports, spines the rest. Malformed input is one "
-            "line naming the file and line, exit 2."
+            "Leaves are the switches with node ports, spines the switches cabled to leaves; what "
+            "two tiers cannot hold is left out and said on stderr. Malformed input is one line "
+            "naming the file and line, exit 2."
         ),
     )
     source = parser.add_mutually_exclusive_group(required=True)
@@ -107,7 +109,9 @@ def add_import_parser(actions: argparse._SubParsersAction[argparse.ArgumentParse
         "--slurm-conf", metavar="FILE", help="Slurm's topology.conf (topology/tree plugin)"
     )
     parser.add_argument(
-        "--map", metavar="FILE", help="renames, one 'FROM TO' a line (GUID, description or host)"
+        "--map",
+        metavar="FILE",
+        help="renames, one 'FROM TO' a line (GUID, description, host or interface name)",
     )
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per node (default 8)")
     parser.add_argument(
