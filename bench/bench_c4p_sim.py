@@ -1,20 +1,32 @@
-"""Iteration time in the simulator: jobs on ECMP's routes against the same jobs on C4P's plan.
+"""Iteration time in the simulator: jobs on ECMP, ECMP with 4 and 8 queue pairs, sprayed, C4P.
 
 The C4 paper's comparison, on c4's own simulator (`simulator/`): concurrent training jobs on
 random nodes of one 1:1 leaf-spine fabric (8 nodes a leaf, 8 dual-port 200G NICs a node,
 spines at 400G), their traffic as `topology.traffic` lays it out (rings rail by rail, NVLink
-inside a node). Each layout is simulated twice from the same seed: once with every
-connection on the spine the source leaf's ECMP hash picks (one source port per connection,
-as the RDMA stack draws it), once on the spines of the plan `planner.plan` makes for
-the flows `reroute.job_flows` derives from the jobs' placements. A connection that shares a
-directed link with others of its kind gets its share (the simulator's collision model), and
-a collective waits for its slowest connection. Iteration time: the median interval between a
-data-parallel group's last allreduce of successive iterations.
+inside a node). Each layout is simulated from the same seed under each method:
+- ECMP: every connection on the spine the source leaf's hash picks (one source port per
+  connection, as the RDMA stack draws it);
+- ECMP 4QP / 8QP (Meta's queue-pair scaling): each connection as 4 or 8 queue pairs, each
+  hashed on its own source port and asking for its share of the line rate; the connection
+  runs at the queue-pair count times its slowest queue pair's rate;
+- spray (a stand-in for flowlets and adaptive routing, per-packet-group spraying over the
+  equal-cost paths): every connection split evenly over every spine, so a leaf's uplinks act
+  as one link of their summed capacity;
+- C4P: the spines of the plan `planner.plan` makes for the flows `reroute.job_flows` derives
+  from the jobs' placements, each phase (data-parallel rings, pipeline pairs, expert
+  all-to-alls) planned apart, as the product does.
+Connections of one kind (those that carry traffic at the same time) that share a directed
+link share it equally (the simulator's collision model), and a collective waits for its
+slowest connection. Iteration time: the median interval between a data-parallel group's last
+allreduce of successive iterations.
 
-Two mixes (plain data-parallel jobs; 3D jobs: tp 8, pp 4, the rest data parallel) and two
-compute loads: communication-bound (compute 0.1x the allreduce's ideal time) and moderate
-(1x). Prints, per case, the median over placements of the iteration time under each, the
-plan's ``max_util`` and bound, and C4P's gain; medians over ``--seeds`` placements.
+Three mixes (plain data-parallel jobs; 3D jobs: tp 8, pp 4, the rest data parallel; MoE:
+3D with 4-way expert parallelism) and two compute loads: communication-bound (compute 0.1x
+the data-parallel step's ideal time) and moderate (1x). The simulator runs an expert group's
+all-to-all over ring connections (its collectives are rings), so for moe C4P's plan of the
+all pairs is applied to the ring's hops, which are among them. Prints, per case, the median
+over placements of the iteration time under each method, C4P's plan ``max_util`` and bound
+(per phase), and C4P's gain over ECMP and over ECMP 8QP.
 
     .venv/bin/python bench/bench_c4p_sim.py [--nodes 64] [--seeds 5] [--quick]
 """
@@ -27,7 +39,10 @@ import resource
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+import zlib
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +57,7 @@ from simulator.jobsim import RDMA_STEP_NS, OpRun, simulate_job  # noqa: E402
 from simulator.pipeline import simulate_parallel_job  # noqa: E402
 from simulator.run import job_message  # noqa: E402
 from simulator.scenario import MIB, Scenario, scenario_from  # noqa: E402
+from topology.ecmp import SPORT_MAX, SPORT_MIN, Crc32Hash, Ecmp  # noqa: E402
 from topology.generate import Shape, generate  # noqa: E402
 from topology.model import Fabric  # noqa: E402
 
@@ -50,15 +66,21 @@ PORT_GBPS = 200.0
 JOBS = 4
 OP_BYTES = 256 * MIB  # a plain job's gradient allreduce per iteration
 LOADS = {"comm-bound": 0.1, "moderate": 1.0}  # compute as a share of the ideal allreduce
+# moe: expert groups of 2 replicas (inside the 4 of a job on 64 nodes), one rank's input
+EXPERT_PARALLEL, A2A_BYTES = 2, 8 * MIB
 T0 = 1_700_000_000_000_000_000
+
+
+METHODS = ("ecmp", "ecmp-4qp", "ecmp-8qp", "spray", "c4p")
+HEADS = {"ecmp": "ECMP", "ecmp-4qp": "4QP", "ecmp-8qp": "8QP", "spray": "spray", "c4p": "C4P"}
+MIXES = ("dp", "3d", "moe")
 
 
 @dataclass(frozen=True, slots=True)
 class Case:
     mix: str
     load: str
-    ecmp_ms: float
-    plan_ms: float
+    ms: dict[str, float]  # per method, the median iteration time
     max_util: float
     bound: float
 
@@ -102,6 +124,8 @@ def scenario(topology: Topology, mix: str, load: float, seed: int, seconds: floa
                 "activation_bytes": 32 * MIB,
                 "gpu_spread": 0.0,
             }
+            if mix == "moe":
+                job["parallel"] |= {"ep": EXPERT_PARALLEL, "a2a_bytes": A2A_BYTES}
         jobs.append(job)
     return scenario_from(
         {
@@ -117,7 +141,7 @@ def scenario(topology: Topology, mix: str, load: float, seed: int, seconds: floa
 def planned_spines(topology: Topology, cluster: Cluster) -> tuple[dict[str, str], float, float]:
     """C4P's spine per flow for the cluster's jobs, the plan's max_util and its lower bound.
 
-    Planned as `reroute` plans running jobs: every communicator's flows at once.
+    Planned as `reroute` plans running jobs: each phase (communicator kind) apart.
     """
     fabric = Fabric.from_topology(topology)
     flows = job_flows(fabric, [job_message(job, T0) for job in cluster.jobs]).flows
@@ -147,23 +171,106 @@ def _done(op: OpRun) -> int:
     return max(op.end)
 
 
+def with_rates(cluster: Cluster, rates: Mapping[str, float]) -> Cluster:
+    """The cluster with these connections' nominal rates (flow id -> Gbps)."""
+    jobs = []
+    for job in cluster.jobs:
+        comms = []
+        for comm in job.comms:
+            if comm.ring is None:
+                comms.append(comm)
+                continue
+            prefix = f"{job.spec.id}/{comm.id}/"
+            ring = tuple(
+                replace(conn, gbps=rates.get(f"{prefix}{conn.src}->{conn.dst}", conn.gbps))
+                for conn in comm.ring
+            )
+            comms.append(replace(comm, ring=ring))
+        jobs.append(replace(job, comms=tuple(comms)))
+    return replace(cluster, jobs=tuple(jobs))
+
+
+def multipath_rates(fabric: Fabric, cluster: Cluster, qps: int | None) -> dict[str, float]:
+    """Each crossing connection's rate split over ``qps`` hashed queue pairs (None: sprayed
+    over every spine), connections of one kind sharing each directed link equally."""
+    ecmp = Ecmp(fabric, Crc32Hash())
+    conns: list[tuple[str, str, int, int, float]] = []
+    for job in cluster.jobs:
+        for comm in job.comms:
+            for conn in comm.network():
+                a = fabric.index_of(str(conn.src_port))
+                b = fabric.index_of(str(conn.dst_port))
+                if fabric.port_leaf[a] == fabric.port_leaf[b]:
+                    continue
+                line = min(fabric.link_gbps[a], fabric.link_gbps[b])
+                flow = f"{job.spec.id}/{comm.id}/{conn.src}->{conn.dst}"
+                conns.append((flow, comm.kind, a, b, line))
+    if qps is None:
+        return _sprayed(fabric, conns)
+    spread = SPORT_MAX - SPORT_MIN + 1
+    drawn: dict[str, list[tuple[int, int]]] = {}
+    users: Counter[tuple[str, int]] = Counter()
+    for flow, kind, a, b, _ in conns:
+        links = []
+        for q in range(qps):
+            sport = SPORT_MIN + zlib.crc32(f"{flow}/q{q}".encode()) % spread
+            spine = ecmp.choose(a, b, sport)
+            up = 2 * fabric.uplinks[fabric.port_leaf[a]][spine]
+            down = 2 * fabric.uplinks[fabric.port_leaf[b]][spine] + 1
+            links += [(up, down)]
+            users.update(((kind, up), (kind, down)))
+        drawn[flow] = links
+    rates = {}
+    for flow, kind, _, _, line in conns:
+        slowest = min(
+            min(line / qps, *(fabric.directed_gbps[x] / users[(kind, x)] for x in pair))
+            for pair in drawn[flow]
+        )
+        rates[flow] = qps * slowest
+    return rates
+
+
+def _sprayed(fabric: Fabric, conns: list[tuple[str, str, int, int, float]]) -> dict[str, float]:
+    """Sprayed connections: a leaf's uplinks (downlinks) as one link of their summed speed."""
+    capacity = [0.0] * (2 * len(fabric.uplinks))
+    for leaf, ups in enumerate(fabric.uplinks):
+        for link in ups.values():
+            capacity[2 * leaf] += fabric.directed_gbps[2 * link]
+            capacity[2 * leaf + 1] += fabric.directed_gbps[2 * link + 1]
+    users: Counter[tuple[str, int]] = Counter()
+    for _, kind, a, b, _ in conns:
+        users.update(((kind, 2 * fabric.port_leaf[a]), (kind, 2 * fabric.port_leaf[b] + 1)))
+    rates = {}
+    for flow, kind, a, b, line in conns:
+        ends = (2 * fabric.port_leaf[a], 2 * fabric.port_leaf[b] + 1)
+        rates[flow] = min(line, *(capacity[x] / users[(kind, x)] for x in ends))
+    return rates
+
+
 def run_case(nodes: int, mix: str, load: str, seeds: int, seconds: float) -> Case:
     topology = fabric_topology(nodes)
-    ecmp_ms, plan_ms, utils, bounds = [], [], [], []
+    fabric = Fabric.from_topology(topology)
+    times: dict[str, list[float]] = {method: [] for method in METHODS}
+    utils, bounds = [], []
     for seed in range(seeds):
         scn = scenario(topology, mix, LOADS[load], seed, seconds)
         on_ecmp = build_cluster(topology, scn)
         spines, max_util, bound = planned_spines(topology, on_ecmp)
-        on_plan = build_cluster(topology, scn, spines)
-        ecmp_ms.append(iteration_ms(on_ecmp, scn))
-        plan_ms.append(iteration_ms(on_plan, scn))
+        clusters = {
+            "ecmp": on_ecmp,
+            "ecmp-4qp": with_rates(on_ecmp, multipath_rates(fabric, on_ecmp, 4)),
+            "ecmp-8qp": with_rates(on_ecmp, multipath_rates(fabric, on_ecmp, 8)),
+            "spray": with_rates(on_ecmp, multipath_rates(fabric, on_ecmp, None)),
+            "c4p": build_cluster(topology, scn, spines),
+        }
+        for method, cluster in clusters.items():
+            times[method].append(iteration_ms(cluster, scn))
         utils.append(max_util)
         bounds.append(bound)
     return Case(
         mix,
         load,
-        statistics.median(ecmp_ms),
-        statistics.median(plan_ms),
+        {method: statistics.median(ms) for method, ms in times.items()},
         statistics.median(utils),
         statistics.median(bounds),
     )
@@ -174,34 +281,42 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=6.0, help="event time simulated")
-    parser.add_argument("--quick", action="store_true", help="32 nodes, 2 seeds, no file")
+    parser.add_argument("--quick", action="store_true", help="1 seed, 3 s simulated, no file")
+    parser.add_argument("--mixes", default="", help="comma-separated mixes (default: all)")
     args = parser.parse_args()
-    nodes, seeds = (32, 2) if args.quick else (args.nodes, args.seeds)
+    nodes, seeds = args.nodes, (1 if args.quick else args.seeds)
+    seconds = 3.0 if args.quick else args.seconds
     started = time.perf_counter()
     lines = [
-        f"C4P against ECMP in the simulator: {JOBS} jobs on {nodes} nodes "
-        f"({nodes * GPUS_PER_NODE} GPUs), 1:1 fabric, medians over {seeds} placements",
-        f"{'mix':<4}{'load':>12}{'ECMP ms':>10}{'C4P ms':>9}{'C4P gain':>10}"
-        f"{'plan max util':>15}{'bound':>7}",
+        f"C4P against ECMP, queue-pair scaling and spraying in the simulator: {JOBS} jobs on "
+        f"{nodes} nodes ({nodes * GPUS_PER_NODE} GPUs), 1:1 fabric, medians over {seeds} "
+        "placements",
+        f"{'mix':<4}{'load':>12}"
+        + "".join(f"{HEADS[m] + ' ms':>10}" for m in METHODS)
+        + f"{'vs ECMP':>9}{'vs 8QP':>8}{'plan max util':>15}{'bound':>7}",
     ]
-    for mix in ("dp", "3d"):
+    mixes = MIXES if not args.mixes else tuple(args.mixes.split(","))
+    for mix in mixes:
         for load in LOADS:
-            case = run_case(nodes, mix, load, seeds, args.seconds)
-            gain = case.ecmp_ms / case.plan_ms - 1
+            case = run_case(nodes, mix, load, seeds, seconds)
+            c4p = case.ms["c4p"]
             lines.append(
-                f"{mix:<4}{load:>12}{case.ecmp_ms:>10.1f}{case.plan_ms:>9.1f}{gain:>+10.0%}"
+                f"{mix:<4}{load:>12}"
+                + "".join(f"{case.ms[m]:>10.1f}" for m in METHODS)
+                + f"{case.ms['ecmp'] / c4p - 1:>+9.0%}{case.ms['ecmp-8qp'] / c4p - 1:>+8.0%}"
                 f"{case.max_util:>15.2f}{case.bound:>7.2f}"
             )
+            print(lines[-1], file=sys.stderr)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     lines.append(
         "iteration time: median interval between a data-parallel group's iteration ends; "
-        "gain: ECMP's time over C4P's;\nplan max util: every communicator's flows counted at "
-        "once (a 3D job's port carries its ring and its pipeline pairs), as reroute plans them"
+        "vs ECMP, vs 8QP: that method's time over C4P's;\nplan max util: the largest of the "
+        "phases' (each phase planned apart, as reroute plans running jobs); bound: per phase"
     )
     lines.append(f"wall time {time.perf_counter() - started:.0f} s, peak RSS {peak:.0f} MiB")
     text = "\n".join(lines)
     print(text)
-    if not args.quick:
+    if not args.quick and not args.mixes:
         RESULTS.write_text(text + "\n")
     return 0
 

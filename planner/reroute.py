@@ -7,10 +7,10 @@ directions, an expert group's all-to-all as every ordered pair; hops inside a no
 NVLink), each from its rank's NIC port to the receiving rank's port: flow ``job/comm/i->j``
 in communicator ranks, the ids the detectors and the simulator use. Each flow carries its
 communicator's kind as its phase (``dp``, ``pp``, ``ep``, ``world``; `traffic.comm_kinds`):
-phases do not share time, so the planner plans each apart, and a ring hop asks for its ports'
-line rate, an all-to-all pair its share. Hops that cannot be placed (a rank without a place
-or a port, a port the topology does not have, ports in different planes) are listed in
-``skipped``, not planned.
+phases do not share time, so the planner plans each apart, and a port's flows in one phase
+share its line rate (a ring hop gets it whole, an all-to-all pair its share). Hops that
+cannot be placed (a rank without a place or a port, a port the topology does not have, ports
+in different planes) are listed in ``skipped``, not planned.
 
 Failure model. A link_down or link_degraded diagnosis names its suspects: a fabric link
 (``leaf-0a~spine-3``), a port (``node-001/mlx5_3:1``: its cable), or a switch (every link of
@@ -39,7 +39,7 @@ from schemas.messages import Diagnosis, Job, Route, RoutePath
 from topology import TopologyError
 from topology.ecmp import SwitchHash
 from topology.model import Fabric
-from topology.traffic import comm_kinds, connection_counts, flow_id, kind_hops
+from topology.traffic import comm_kinds, flow_id, kind_hops, shared_gbps
 
 REROUTE_CLASSES = frozenset({"link_down", "link_degraded"})
 LINK_SUSPECTS = frozenset({"link", "port", "switch"})
@@ -91,7 +91,7 @@ def job_flows(fabric: Fabric, jobs: Iterable[Job]) -> JobFlows:
     for job in jobs:
         if job.job not in latest or job.ts_ns >= latest[job.job].ts_ns:
             latest[job.job] = job
-    flows: list[Flow] = []
+    pending: list[tuple[str, str, str, str]] = []  # flow, src, dst, phase
     skipped: list[str] = []
     for name in sorted(latest):
         job = latest[name]
@@ -103,9 +103,7 @@ def job_flows(fabric: Fabric, jobs: Iterable[Job]) -> JobFlows:
         for comm, members in sorted(job.comms.items()):
             # A rank without a place is a node of its own: its hops are named, not planned.
             nodes = [places[rank].node if rank in places else f"?{rank}" for rank in members]
-            hops = kind_hops(kinds[comm], nodes)
-            sends, receives = connection_counts(hops)
-            for i, j in hops:
+            for i, j in kind_hops(kinds[comm], nodes):
                 flow = flow_id(name, comm, i, j)
                 a, b = places.get(members[i]), places.get(members[j])
                 if a is None or b is None:
@@ -129,8 +127,17 @@ def job_flows(fabric: Fabric, jobs: Iterable[Job]) -> JobFlows:
                         else f"{flow}: {src} and {dst} are in different planes"
                     )
                     continue
-                gbps = min(fabric.ports[src].gbps / sends[i], fabric.ports[dst].gbps / receives[j])
-                flows.append(Flow(id=flow, src=src, dst=dst, gbps=gbps, phase=kinds[comm]))
+                pending.append((flow, src, dst, kinds[comm]))
+    # A port's flows in one phase share its line rate (`traffic.shared_gbps`).
+    demand = shared_gbps(
+        [((phase, src), (phase, dst)) for _, src, dst, phase in pending],
+        [fabric.ports[src].gbps for _, src, _, _ in pending],
+        [fabric.ports[dst].gbps for _, _, dst, _ in pending],
+    )
+    flows = [
+        Flow(id=flow, src=src, dst=dst, gbps=gbps, phase=phase)
+        for (flow, src, dst, phase), gbps in zip(pending, demand, strict=True)
+    ]
     return JobFlows(tuple(flows), tuple(skipped))
 
 

@@ -35,9 +35,9 @@ case for a phase, not a claim that phases of different jobs never meet.
   flows for ``n`` members on ``n`` nodes), each from the sender's port to the receiver's;
 - ``dp``: any other communicator (data parallel; a plain job's one communicator): a ring.
 
-Demand (`hop_gbps`): a member's connections in one communicator share its port's line rate
-(a ring hop and a pair direction get it whole, an all-to-all pair ``1/(n-1)`` of it), and a
-flow runs at the lower of its two ends' shares.
+Demand (`shared_gbps`): a port's flows in one phase share its line rate (a ring hop gets it
+whole, an all-to-all pair ``1/(n-1)`` of it, a middle pipeline stage's sends to the next and
+the previous stage half each), and a flow runs at the lower of its two ends' shares.
 """
 
 from __future__ import annotations
@@ -151,27 +151,23 @@ def comm_kinds(
     return kinds
 
 
-def connection_counts(
-    hops: Sequence[tuple[int, int]],
-) -> tuple[dict[int, int], dict[int, int]]:
-    """How many of the hops each member sends, and how many it receives."""
-    sends: dict[int, int] = {}
-    receives: dict[int, int] = {}
-    for a, b in hops:
+def shared_gbps(
+    ends: Sequence[tuple[Hashable, Hashable]],
+    src_gbps: Sequence[float],
+    dst_gbps: Sequence[float],
+) -> list[float]:
+    """Each flow's demand when the flows leaving (entering) one end share its line rate.
+
+    ``ends[k]`` are flow ``k``'s sending and receiving ends (a port, or a port in one phase),
+    ``src_gbps[k]`` / ``dst_gbps[k]`` their line rates; a flow gets the lower of its two
+    shares.
+    """
+    sends: dict[Hashable, int] = {}
+    receives: dict[Hashable, int] = {}
+    for a, b in ends:
         sends[a] = sends.get(a, 0) + 1
         receives[b] = receives.get(b, 0) + 1
-    return sends, receives
-
-
-def hop_gbps(
-    hops: Sequence[tuple[int, int]], src_gbps: Sequence[float], dst_gbps: Sequence[float]
-) -> list[float]:
-    """Each hop's demand: its ends' line rates shared over their connections in the hops.
-
-    ``src_gbps[k]`` / ``dst_gbps[k]`` are hop ``k``'s sending and receiving port speeds.
-    """
-    sends, receives = connection_counts(hops)
     return [
         min(src / sends[a], dst / receives[b])
-        for (a, b), src, dst in zip(hops, src_gbps, dst_gbps, strict=True)
+        for (a, b), src, dst in zip(ends, src_gbps, dst_gbps, strict=True)
     ]

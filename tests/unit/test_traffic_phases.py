@@ -17,7 +17,7 @@ from simulator.run import job_message
 from simulator.scenario import scenario_from
 from topology.generate import Shape, generate
 from topology.model import Fabric
-from topology.traffic import all_pairs, comm_kinds, hop_gbps, kind_hops, network_hops
+from topology.traffic import all_pairs, comm_kinds, kind_hops, network_hops, shared_gbps
 
 T0 = 1_700_000_000_000_000_000
 
@@ -36,10 +36,12 @@ def test_an_expert_group_on_n_nodes_has_n_times_n_minus_1_flows_each_a_share() -
     nodes = ["a", "b", "c", "d"]
     hops = kind_hops("ep", nodes)
     assert len(hops) == 4 * 3
-    assert hop_gbps(hops, [200.0] * 12, [200.0] * 12) == pytest.approx([200.0 / 3] * 12)
+    assert shared_gbps(hops, [200.0] * 12, [200.0] * 12) == pytest.approx([200.0 / 3] * 12)
     ring = kind_hops("dp", nodes)
     assert ring == network_hops(nodes)
-    assert hop_gbps(ring, [200.0] * 4, [200.0] * 4) == [200.0] * 4  # a ring hop: line rate
+    assert shared_gbps(ring, [200.0] * 4, [200.0] * 4) == [200.0] * 4  # a ring hop: line rate
+    # A middle pipeline stage sends to both neighbours from one port: half each.
+    assert shared_gbps([(1, 0), (1, 2), (0, 1)], [200.0] * 3, [200.0] * 3) == [100.0, 100.0, 200.0]
 
 
 def test_kinds_from_ids_and_members() -> None:
@@ -109,6 +111,8 @@ def test_reroute_flows_carry_phases_and_all_pairs() -> None:
     assert phases == {"dp": 2 * 8 * 8, "ep": 2 * 8 * 2 * 4 * 3, "pp": 8 * 8 * 2}
     ep = [flow for flow in flows if flow.phase == "ep"]
     assert [flow.gbps for flow in ep] == pytest.approx([200.0 / 3] * len(ep))
+    # With two stages each port sends one pipeline flow and one ring hop: each at line rate.
+    assert {flow.gbps for flow in flows if flow.phase in ("pp", "dp")} == {200.0}
 
 
 def test_phases_are_planned_apart_at_each_phase_s_bound() -> None:
