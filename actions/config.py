@@ -82,6 +82,9 @@ def _default_classes() -> dict[DiagnosisClass, tuple[str, ...]]:
         "link_degraded": ("reroute", "alert"),
         # A rank that never joined may be a script's fault as well as a node's: tell people.
         "ranks_missing": ("alert",),
+        # A cable on another leaf than the topology says: people move it back (or fix the
+        # topology); no reroute or isolation acts on a fabric map c4 knows is wrong.
+        "miscabled": ("alert",),
     }
     return classes
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from actions.config import ConfigError, load_config, parse_config
 from actions.worker import EXECUTORS
+from schemas.messages import DiagnosisClass
 
 
 def test_defaults_are_valid_and_name_only_known_actions() -> None:
@@ -15,6 +17,14 @@ def test_defaults_are_valid_and_name_only_known_actions() -> None:
     config.check_actions(executor.name for executor in EXECUTORS)
     assert config.policy.classes["noncomm_hang"] == ("isolate", "restart", "alert")
     assert config.policy.blast_radius == 4
+
+
+def test_every_diagnosis_class_has_a_default_action() -> None:
+    # A class added to the contract without a default gets no action at all: a miscabled
+    # port, for one, would be seen only on the dashboard.
+    classes = set(get_args(DiagnosisClass))
+    assert classes == set(load_config(None, {}).policy.classes)
+    assert load_config(None, {}).policy.classes["miscabled"] == ("alert",)
 
 
 def test_yaml_file_with_receivers_and_secrets(tmp_path: Path) -> None:
