@@ -304,21 +304,30 @@ def _same_nic(nics: Mapping[tuple[str, str], list[str]], port: str, down: set[st
     return [p for p in (port, *others) if p not in down]
 
 
-def link_utilization(fabric: Fabric, result: Plan, demand: Mapping[str, float]) -> dict[str, float]:
+def link_utilization(
+    fabric: Fabric,
+    result: Plan,
+    demand: Mapping[str, float],
+    phase: Mapping[str, str | None] | None = None,
+) -> dict[str, float]:
     """Each loaded link's utilisation under a plan: the busier direction's demand over the
-    link's capacity. A path runs up its first half (source cable, leaf to spine) and down
-    its second (spine to leaf, destination cable); flows without a demand count nothing."""
-    load: dict[tuple[str, int], float] = {}
+    link's capacity, in the busiest phase (``phase``: flow -> its phase; flows of different
+    phases do not share time; without it every flow is in one phase). A path runs up its
+    first half (source cable, leaf to spine) and down its second (spine to leaf, destination
+    cable); flows without a demand count nothing."""
+    load: dict[tuple[str, int, str | None], float] = {}
+    phases = phase or {}
     for path in result.paths:
         gbps = demand.get(path.flow, 0.0)
         if gbps <= 0:
             continue
         half = (len(path.links) + 1) // 2
+        name = phases.get(path.flow)
         for position, link in enumerate(path.links):
-            key = (link, 0 if position < half else 1)
+            key = (link, 0 if position < half else 1, name)
             load[key] = load.get(key, 0.0) + gbps
     found: dict[str, float] = {}
-    for (link, _), gbps in load.items():
+    for (link, _, _), gbps in load.items():
         if link not in fabric.link_index:
             continue
         util = gbps / fabric.capacity(link)

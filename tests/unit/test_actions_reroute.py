@@ -205,6 +205,8 @@ def test_link_down_publishes_routes_per_node_then_saves_the_plan(fabric: Fabric)
     assert detail["before_max_util"] == current.plan.max_util
     assert detail["after_max_util"] == saved.plan.max_util
     assert detail["stranded"] == [] and detail["skipped_hops"] == 0
+    assert detail["phases"] == dict(saved.plan.phases or {})
+    assert detail["phases"] and max(detail["phases"].values()) == saved.plan.max_util
     assert test.saved == [(saved.plan.max_util, len(routes))]
     # The links' utilisation of the plan in force: its busiest link is its max_util.
     (loads,) = test.links

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planner import lower_bound, plan, replan, replan_choice
-from planner.reroute import job_flows
+from planner.reroute import job_flows, link_utilization
 from schemas.files import Flows
 from simulator.cluster import PlacedJob, build_cluster
 from simulator.run import job_message
@@ -175,3 +175,21 @@ def test_a_replan_after_a_failure_moves_only_affected_flows_phase_by_phase() -> 
     assert best.plan.max_util <= after.max_util + 1e-9
     assert best.bound == pytest.approx(lower_bound(fabric, flows, [link]))
     assert set(best.forced) <= set(best.moved)
+
+
+def test_link_utilisation_is_taken_in_the_busiest_phase() -> None:
+    fabric = Fabric.from_topology(generate(Shape(nodes=4, spines=2, nics=1, nodes_per_leaf=1)))
+    row = {"src": "node-000/mlx5_0:1", "dst": "node-001/mlx5_0:1", "gbps": 200}
+    flows = Flows.model_validate(
+        {
+            "v": 1,
+            "kind": "flows",
+            "flows": [{"id": "a", **row, "phase": "dp"}, {"id": "b", **row, "phase": "pp"}],
+        }
+    )
+    result = plan(fabric, flows)
+    demand = {"a": 200.0, "b": 200.0}
+    apart = link_utilization(fabric, result, demand, {"a": "dp", "b": "pp"})
+    together = link_utilization(fabric, result, demand)
+    assert apart["node-000/mlx5_0:1"] == pytest.approx(1.0)
+    assert together["node-000/mlx5_0:1"] == pytest.approx(2.0)

@@ -189,8 +189,11 @@ class RerouteExecutor(Executor):
             return failed(Reason.PLAN_CHANGED, message, retryable=True)
         except StoreUnavailableError as error:
             return failed(Reason.STORE_UNAVAILABLE, str(error), retryable=True)
-        demand = {flow.id: flow.gbps for flow in job_flows(fabric, jobs).flows}
-        self._saved(new.plan.max_util, link_utilization(fabric, new.plan, demand), len(routes))
+        flows = job_flows(fabric, jobs).flows
+        demand = {flow.id: flow.gbps for flow in flows}
+        phase = {flow.id: flow.phase for flow in flows}
+        links = link_utilization(fabric, new.plan, demand, phase)
+        self._saved(new.plan.max_util, links, len(routes))
         return done(
             plan=new.id,
             previous=previous,
@@ -201,6 +204,8 @@ class RerouteExecutor(Executor):
             before_max_util=result.before_max_util,
             after_max_util=result.after_max_util,
             bound=result.bound,
+            # Per phase of the running jobs' traffic, the new plan's max_util.
+            phases=dict(new.plan.phases or {}),
             failed_over=len(result.failed_over),
             stranded=list(result.stranded),
             skipped_hops=len(result.skipped),
