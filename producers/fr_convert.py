@@ -233,7 +233,8 @@ def _heartbeat_spans(
         count[rank] += bool(ops) or rank in first_of
     span: dict[int, int] = {}
     for rank, timelines_of_rank in count.items():
-        span[rank] = max(1, MAX_INTERVALS * FULL_TIMELINES_PER_RANK // max(timelines_of_rank, 1))
+        share = MAX_INTERVALS * FULL_TIMELINES_PER_RANK // max(timelines_of_rank, 1)
+        span[rank] = max(1, min(MAX_INTERVALS, share))  # an hour at most, as the docstring
         if span[rank] < MAX_INTERVALS:
             skipped.append(
                 f"rank {rank}: {timelines_of_rank} communicators: heartbeats for the last"
