@@ -109,14 +109,19 @@ def test_link_down_reroutes_once_publishes_routes_per_node_and_gives_the_link_ba
         ("d-1", "alert", "done", "resolved"),
     ]
     assert last.status == "done" and last.detail["down"] == sorted([OTHER, UNUSED])
-    assert last.detail["stranded"] == [] and last.detail["after_max_util"] == 3.0
+    # Each port's two ring hops share its line rate (one phase: traffic.shared_gbps), so the
+    # six hops leaving leaf-0a over its one usable uplink ask for 1.5 times its capacity.
+    assert last.detail["stranded"] == [] and last.detail["after_max_util"] == 1.5
     (start,) = initial
     assert start.detail["before_max_util"] is None and start.detail["down"] == [UNUSED]
     (moved,) = reroutes(actions, "d-1")
     detail = moved.detail
     assert detail["previous"] == start.detail["plan"]
     assert detail["down"] == sorted([USED, UNUSED])
-    assert (detail["before_max_util"], detail["after_max_util"]) == (2.0, 3.0)
+    assert (detail["before_max_util"], detail["after_max_util"]) == (
+        1.0,
+        1.5,
+    )  # hops at half a port each
     assert detail["strategy"] == "incremental" and detail["stranded"] == []
 
     # Routes: every sender for the first plan; then the senders of the moved flows, once.
