@@ -98,7 +98,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     worker.add_argument(
         "--topology",
-        help="v1 topology file (enables the fabric correlator; env C4_STREAMS_TOPOLOGY)",
+        help="v1 topology file, or 'redis': the one c4 state load put in the cluster state "
+        "(enables the fabric correlator and the cabling check; env C4_STREAMS_TOPOLOGY)",
     )
     worker.add_argument(
         "--params",

@@ -82,6 +82,7 @@ def options_from_env(environ: Mapping[str, str]) -> StreamsOptions:
 def build_streams_worker(settings: Settings, options: StreamsOptions) -> DetectionWorker:
     """The detection worker: Kafka checked and credentials applied, state folder, params."""
     # Imported here: Faust is heavy and only the streams worker needs it.
+    from c4.cluster_state import FROM_STATE, topology_from_state
     from c4.inputs import load_document, load_params
     from c4.security import check_kafka_access, faust_credentials
     from schemas.files import Topology
@@ -89,7 +90,11 @@ def build_streams_worker(settings: Settings, options: StreamsOptions) -> Detecti
     from streams.core.params import DetectorParams
     from streams.detection_app import DetectionConfig, create_detection_app
 
-    topology = load_document(options.topology, "topology", Topology) if options.topology else None
+    topology: Topology | None = None
+    if options.topology == FROM_STATE:
+        topology = topology_from_state(settings)
+    elif options.topology:
+        topology = load_document(options.topology, "topology", Topology)
     params, job_params = load_params(options.params) if options.params else (DetectorParams(), {})
     # Wrong credentials or protocol: one line now, rather than Faust retrying forever.
     check_kafka_access(settings, timeout_s=5.0, require_answer=False)
