@@ -10,7 +10,7 @@ that nobody checked). Ports the topology does not know are left alone.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from schemas.files import Topology
 from schemas.messages import Diagnosis, Neighbours
@@ -63,3 +63,31 @@ class CablingCheck:
             self._found_on[port] = reported.switch
             self.book.fire_into(out, None, CLASS, port, now, now, suspects, evidence)
         return out
+
+    # --- state, keyed by node (a node's reports reach the worker that owns the node) -----
+    def nodes(self) -> set[str]:
+        """The nodes with a port found on another leaf."""
+        return {_node_of(port) for port in self._found_on}
+
+    def node_state(self, node: str) -> dict[str, Any] | None:
+        """One node's ports found elsewhere and their open findings; None when it has none."""
+        found = {port: switch for port, switch in self._found_on.items() if _node_of(port) == node}
+        if not found:
+            return None
+        return {"found_on": found, "findings": self.book.state(lambda key: key in found)}
+
+    def restore_node(self, state: dict[str, Any]) -> None:
+        """Take one node's state from a snapshot (its findings were published already)."""
+        found = state["found_on"]
+        self._found_on.update({str(port): str(switch) for port, switch in found.items()})
+        self.book.restore(state["findings"])
+
+    def drop_node(self, node: str) -> None:
+        """Forget one node (another worker holds it now)."""
+        for port in [port for port in self._found_on if _node_of(port) == node]:
+            del self._found_on[port]
+        self.book.drop(lambda key: _node_of(key) == node)
+
+
+def _node_of(port: str) -> str:
+    return port.split("/", 1)[0]

@@ -69,6 +69,7 @@ class RouteBook:
 # The messages that carry measurements (and so event time); job and route are facts.
 DATA_KINDS = (Collective, Link, Gpu)
 MEMBERSHIP_KEY = "membership"  # a job's member reports, in its snapshot
+CABLING_KEY = "cabling"  # a node's ports found on another leaf, in its snapshot
 WAITING_KEY = "waiting"  # a job's collective reports held back for link reports (live)
 
 
@@ -562,7 +563,7 @@ class Engine:
         if kind == JOB:
             ids = list(dict.fromkeys((*self.jobs, *self.alignment.waiting)))
         else:
-            ids = sorted(self.hardware.nodes())
+            ids = sorted(self.hardware.nodes() | self.cabling.nodes())
         return [StateKey(kind, each) for each in ids]
 
     def snapshot(self, keys: Collection[StateKey]) -> dict[StateKey, KeyState]:
@@ -643,13 +644,27 @@ class Engine:
         self._closed_books.pop(job, None)
 
     def node_states(self, nodes: set[str]) -> dict[str, dict[str, Any]]:
-        """The hardware state of each of these nodes held here, as plain data."""
-        return self.hardware.node_states(nodes)
+        """The hardware and cabling state of each of these nodes held here, as plain data."""
+        states = self.hardware.node_states(nodes)
+        for node in nodes & self.cabling.nodes():
+            cabling = self.cabling.node_state(node)
+            if cabling is not None:
+                states.setdefault(node, _empty_node_state())[CABLING_KEY] = cabling
+        return states
 
     def restore_node(self, state: dict[str, Any]) -> None:
-        """Take over a node's hardware state from a snapshot."""
+        """Take over a node's hardware and cabling state from a snapshot."""
+        cabling = state.get(CABLING_KEY)
+        if cabling is not None:
+            self.cabling.restore_node(cabling)
         self.hardware.restore_node(state)
 
     def drop_node(self, node: str) -> None:
         """Forget a node whose partition moved to another worker."""
         self.hardware.drop_node(node)
+        self.cabling.drop_node(node)
+
+
+def _empty_node_state() -> dict[str, Any]:
+    """A node's state with nothing of its hardware (only its cabling is known)."""
+    return {"ports": [], "gpu_faults": {}, "ecc": {}, "findings": [], "owners": []}

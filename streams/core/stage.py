@@ -22,14 +22,23 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from schemas.base import C4Model
-from schemas.messages import Collective, Collectives, Diagnosis, Gpu, Job, Link, Member
+from schemas.messages import (
+    Collective,
+    Collectives,
+    Diagnosis,
+    Gpu,
+    Job,
+    Link,
+    Member,
+    Neighbours,
+)
 
 JOB = "job"  # a job's detectors: keyed like its collective, job and member messages
 NODE = "node"  # a node's hardware monitor state: keyed like its link and gpu messages
 KEY_KINDS = (JOB, NODE)
 
 # The findings held in a node's state rather than a job's.
-HARDWARE_CLASSES = frozenset({"link_down", "gpu_fault"})
+HARDWARE_CLASSES = frozenset({"link_down", "gpu_fault", "miscabled"})
 
 # One key's state as plain data (JSON types): what a snapshot holds and a restore takes.
 KeyState = dict[str, Any]
@@ -49,7 +58,7 @@ def state_key(message: C4Model) -> StateKey | None:
     plans)."""
     if isinstance(message, Collective | Collectives | Job | Member):
         return StateKey(JOB, message.job)
-    if isinstance(message, Link | Gpu):
+    if isinstance(message, Link | Gpu | Neighbours):
         return StateKey(NODE, message.node)
     return None
 

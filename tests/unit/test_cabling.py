@@ -8,6 +8,7 @@ import orjson
 from schemas.codec import decode, encode
 from schemas.messages import Diagnosis, NeighbourPort, Neighbours
 from streams.core.engine import Engine
+from streams.core.stage import NODE, StateKey
 from topology.generate import Shape, generate
 
 TOPOLOGY = generate(Shape(nodes=4, spines=1, nics=1))  # node-00N/mlx5_0:1 on leaf-0a, :2 on leaf-0b
@@ -70,3 +71,23 @@ def test_the_finding_is_a_valid_v1_diagnosis() -> None:
     rejected = decode(orjson.dumps(repeated), "neighbours")
     assert not isinstance(rejected, Neighbours)
     assert "listed twice" in rejected.reason  # type: ignore[union-attr]
+
+
+def test_a_restarted_worker_keeps_the_finding_and_resolves_it_under_its_id() -> None:
+    # The node's state (key NODE/node-001) goes into the snapshot and comes back: the same
+    # report fires nothing new (one alert per fault), the port back on its leaf resolves
+    # the finding the first worker fired.
+    first = Engine(topology=TOPOLOGY)
+    fired = first.on_message(report(1, mlx5_0_2="leaf-1b"))
+    key = first.key_of(report(1))
+    assert key == StateKey(NODE, "node-001") == first.key_of_finding(fired[0])
+    assert key in first.keys(NODE)
+    states = orjson.loads(orjson.dumps({"s": first.snapshot([key])[key]}))["s"]
+    second = Engine(topology=TOPOLOGY)
+    second.restore(key, states)
+    assert [f.id for f in second.open_findings()] == [fired[0].id]
+    assert second.on_message(report(2, mlx5_0_2="leaf-1b")) == []
+    resolved = second.on_message(report(3, mlx5_0_2="leaf-0b"))
+    assert [(d.id, d.state) for d in resolved] == [(fired[0].id, "resolved")]
+    second.drop(key)
+    assert second.keys(NODE) == [] and second.open_findings() == []
