@@ -17,14 +17,30 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-EVAL = Path(os.environ.get("C4_EVAL_DIR", REPO.parent / "shared" / "eval"))
+SHARED = REPO.parent / "shared" / "eval"  # published beside the checkout
+COPY = REPO / "tests" / "eval_suite"  # the same files, for a clone anywhere else
+FILES = ("dp_suite.py", "dp_score.py")
 SEED = 5
 
 
+def suite_folder() -> Path:
+    """$C4_EVAL_DIR, else the published suite beside the checkout, else the copy in tests."""
+    chosen = os.environ.get("C4_EVAL_DIR")
+    if chosen:
+        return Path(chosen)
+    return SHARED if all((SHARED / name).is_file() for name in FILES) else COPY
+
+
 def test_independent_data_parallel_suite_scores_every_kind(tmp_path: Path) -> None:
-    suite, score = EVAL / "dp_suite.py", EVAL / "dp_score.py"
+    folder = suite_folder()
+    if folder == SHARED:  # published here too: the copy must be what is published
+        for name in FILES:
+            assert (COPY / name).read_bytes() == (SHARED / name).read_bytes(), (
+                f"tests/eval_suite/{name} differs from {SHARED / name}: copy it again"
+            )
+    suite, score = folder / "dp_suite.py", folder / "dp_score.py"
     if not (suite.is_file() and score.is_file()):
-        pytest.fail(f"the independent suite is not at {EVAL} (set C4_EVAL_DIR)")
+        pytest.fail(f"the independent suite is not at {folder} (set C4_EVAL_DIR)")
     cases = tmp_path / "cases"
     subprocess.run(  # noqa: S603 - our own interpreter on the shared suite
         [sys.executable, str(suite), str(cases), "--small", "--seed", str(SEED)],
