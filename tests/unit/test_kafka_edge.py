@@ -22,12 +22,16 @@ def test_topic_names_put_the_prefix_on_every_name_once() -> None:
 
 
 def test_a_record_is_its_kinds_topic_its_contract_key_and_its_json() -> None:
-    message = decode(orjson.dumps(contract_examples()["diagnosis"]))
-    assert isinstance(message, Diagnosis)
-    topic, key, value = record_of(message, TopicNames("p."))
-    assert (topic, key) == ("p.c4.diagnosis.v1", b"job-42")
-    assert decode(value) == message
-    assert record_of(message, TopicNames(), key="other")[1] == b"other"
+    # The contract's last diagnosis example, as a job's finding and as a fabric-wide one
+    # (no job): keyed by the job, else "fabric".
+    example = contract_examples()["diagnosis"]
+    for job, expected in (("job-42", b"job-42"), (None, b"fabric")):
+        message = decode(orjson.dumps({**example, "job": job}))
+        assert isinstance(message, Diagnosis)
+        topic, key, value = record_of(message, TopicNames("p."))
+        assert (topic, key) == ("p.c4.diagnosis.v1", expected)
+        assert decode(value) == message
+        assert record_of(message, TopicNames(), key="other")[1] == b"other"
 
 
 class FullQueue:
