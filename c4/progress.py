@@ -17,10 +17,9 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, NoReturn, Self, TypeVar, cast
 
-from tqdm import tqdm
-
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
+    from tqdm import tqdm
 
 CHUNK_BYTES = 1 << 16
 EVENT_STEPS = 500  # event-time bar updates per run: often enough to move, seldom enough to cost
@@ -53,6 +52,8 @@ class ReadProgress:
         self._terminal = terminal
         self._bar: tqdm[NoReturn] | None = None
         if on_terminal(terminal) and not on_terminal(source):
+            from tqdm import tqdm  # only on a terminal: every command's start-up skips it
+
             self._bar = bar = tqdm(
                 total=_file_size(source),
                 desc=description,
@@ -119,6 +120,8 @@ def _timed(
     description: str,
     terminal: IO[str],
 ) -> Iterator[_T]:
+    from tqdm import tqdm  # only on a terminal: every command's start-up skips it
+
     step_ns = max(1, int(duration_s * 1e9 / EVENT_STEPS))
     mark_ns = start_ns + step_ns
     with tqdm(
@@ -179,12 +182,16 @@ class _AboveBar(io.TextIOBase):
         return True
 
     def write(self, text: str, /) -> int:
+        from tqdm import tqdm  # imported already: a bar made this writer
+
         tqdm.write(text, file=self._terminal, end="")
         return len(text)
 
 
 @contextmanager
 def _flushed_above(terminal: IO[str], stream: IO[Any]) -> Iterator[None]:
+    from tqdm import tqdm  # imported already: only a bar's output comes here
+
     with tqdm.external_write_mode(file=terminal):
         yield
         stream.flush()
