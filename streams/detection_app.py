@@ -39,7 +39,7 @@ from streams.core.engine import Engine
 from streams.core.fabric import FabricHub
 from streams.core.findings import OpenFinding
 from streams.core.params import DetectorParams
-from streams.core.slowpath import SlowPath
+from streams.core.slowpath import path_of, path_row
 from streams.core.snapshot import SnapshotError, base_key, read_snapshot, write_snapshot
 from streams.core.stage import JOB, NODE, StateKey
 from streams.durable import SnapshotStore
@@ -232,7 +232,7 @@ class DetectionFlow:
         self.live = LiveDetection(
             self.stage, clock_rate=config.clock_rate, metrics=metrics, store=store
         )
-        self.hub = FabricHub(config.topology, config.params.tick_ns)
+        self.hub = FabricHub(config.topology, config.params.tick_ns, config.params)
         self._diagnoses = self.app.topic(
             topics.names["diagnosis"],
             key_serializer="raw",
@@ -336,7 +336,7 @@ class DetectionFlow:
         changed = self.stage.drain_slow_paths()
         report = {
             "now_ns": self.stage.now_ns,
-            "paths": {job: [_path_row(p) for p in paths] for job, paths in changed.items()},
+            "paths": {job: [path_row(p) for p in paths] for job, paths in changed.items()},
         }
         if report["now_ns"]:
             await self._fabric_paths.send(key=FABRIC_STATE_KEY, value=orjson.dumps(report))
@@ -386,10 +386,6 @@ def _app(
     )
 
 
-def _path_row(path: SlowPath) -> list[str | int | None]:
-    return [path.flow, path.src_port, path.dst_port, path.via, path.moved_ns]
-
-
 class _FabricSide:
     """The correlator behind the ``fabric-paths`` topic, its state in a one-key table."""
 
@@ -419,7 +415,7 @@ class _FabricSide:
         try:
             report = orjson.loads(value)
             for job, rows in report["paths"].items():
-                self.hub.update(job, [SlowPath(job, *row) for row in rows])
+                self.hub.update(job, [path_of(job, row) for row in rows])
             found = self.hub.advance(int(report["now_ns"]))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
             log.warning("ignored a malformed fabric-paths report: %s", error)

@@ -23,6 +23,8 @@ NODE_LEVEL = frozenset({"node", "gpu", "rank"})
 STATEFUL = ("isolate", "restart")
 # Suspects the fabric correlator names from slow paths (a port's come from its counters).
 CORRELATED = frozenset({"link", "switch"})
+# The evidence of a finding the fabric correlator inferred from slow paths (how many).
+SLOW_PATHS = "slow_paths"
 # What a resolved finding may keep out of the plan until released (`kept_out`).
 KEPT_OUT_KINDS = CORRELATED | {"port"}
 
@@ -93,18 +95,21 @@ def suspect_nodes(diagnosis: Diagnosis, min_score: float, view: View) -> tuple[s
 def kept_out(diagnosis: Diagnosis, suspect_type: str) -> bool:
     """Whether a resolved diagnosis leaves its suspect out of service and out of the plan.
 
-    A correlator's ``link_degraded`` of no job, naming a fabric link or a switch, rests on
-    slow paths through it; the reroute took them away, so it resolves because of our own
-    action. A degraded port's flows failed over to its NIC's sibling port, so nothing slow
-    crosses it any more either. Giving either back would bring the traffic, then the
-    finding, back (a flap): it stays out until an operator releases it (see
-    `actions.drivers.reroute.executor`).
+    A correlator's ``link_degraded`` or ``link_down`` (a dark link) of no job, naming a
+    fabric link or a switch, rests on slow paths through it (its evidence counts them); the
+    reroute took them away, so it resolves because of our own action. A degraded port's
+    flows failed over to its NIC's sibling port, so nothing slow crosses it any more either.
+    Giving either back would bring the traffic, then the finding, back (a flap): it stays
+    out until an operator releases it (see `actions.drivers.reroute.executor`). A
+    ``link_down`` told by what sees the link's own state (no slow paths), or a port's own,
+    resolves when the link is up again: that is given back.
     """
-    return (
-        diagnosis.state == "resolved"
-        and diagnosis.class_ == "link_degraded"
-        and (suspect_type == "port" or (diagnosis.job is None and suspect_type in CORRELATED))
-    )
+    if diagnosis.state != "resolved":
+        return False
+    if diagnosis.job is None and suspect_type in CORRELATED:
+        inferred = SLOW_PATHS in diagnosis.evidence
+        return diagnosis.class_ == "link_degraded" or (diagnosis.class_ == "link_down" and inferred)
+    return diagnosis.class_ == "link_degraded" and suspect_type == "port"
 
 
 def shared_switch(nodes: tuple[str, ...], leaves: Mapping[str, tuple[str, ...]]) -> str | None:

@@ -15,6 +15,14 @@ suspect. When such a tie lasts, the jobs' other paths break it: one over a tied 
 fell (slower than it was on its path, though not among the slow paths) backs that link, one
 as fast as it was clears it. The spine is named only when they leave the tie, and not when
 paths through it over other links stayed as fast as they were.
+
+A link is named ``link_down`` (dark) when the paths over it fell below
+``DetectorParams.dark_link_share`` of their own past throughput, else ``link_degraded``. A
+dark link carries nothing: flows still hashed onto it until the fabric's routing converges
+crawl on retransmissions after timeouts, at a small fraction of their speed; a degraded link
+(fewer lanes, a lower rate, errors the link layer corrects) still carries a share of it. The
+class follows the paths over the named link: a degraded link that goes dark (or comes back
+to a share) is named again in its new class once the paths have said so for a few checks.
 """
 
 from __future__ import annotations
@@ -24,10 +32,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from schemas.files import Topology
-from schemas.messages import Diagnosis
+from schemas.messages import Diagnosis, DiagnosisClass
 from streams.core.clock import TickClock
 from streams.core.findings import FindingBook, SuspectScore
-from streams.core.slowpath import SlowPath
+from streams.core.params import DetectorParams
+from streams.core.slowpath import SlowPath, path_of, path_row
+from streams.core.stats import median_of
 
 RESOLVE_AFTER_CHECKS = 8
 MIN_PATHS = 2
@@ -40,13 +50,22 @@ TIE_BROKEN_SCORE = 0.8
 # A connection's throughput is the median of its last few reports: after its path changed,
 # its samples describe the old path for about that long.
 REROUTE_SETTLE_NS = 5_000_000_000
+# The classes of the correlator's findings: a fabric link (or switch) that slows the paths
+# over it, or a link that went dark (named only for a link, never for a switch).
+DEGRADED: DiagnosisClass = "link_degraded"
+DARK: DiagnosisClass = "link_down"
+FABRIC_CLASSES: tuple[DiagnosisClass, ...] = (DEGRADED, DARK)
+# Checks in a row the paths over a named link must say it is in the other class before it is
+# named again in that class (one connection's median may straddle the moment it fell).
+CLASS_CHANGE_CHECKS = 4
 
 
 class FabricCorrelator:
     """Votes of slow paths per fabric link; names the link (or switch) several paths share."""
 
-    def __init__(self, topology: Topology | None) -> None:
+    def __init__(self, topology: Topology | None, params: DetectorParams | None = None) -> None:
         self.book = FindingBook()
+        self._dark_share = (params or DetectorParams()).dark_link_share
         self._leaf_of: dict[str, str] = {}
         self._link_of: dict[frozenset[str], str] = {}
         self._ends: dict[str, frozenset[str]] = {}
@@ -65,6 +84,22 @@ class FabricCorrelator:
         self.tie_checks = 0
         # (job, flow) of each current slow path -> (its spine, event time it took that spine)
         self.vias: dict[tuple[str, str], tuple[str | None, int]] = {}
+        # A named link -> checks in a row its paths said it is in the other class.
+        self.contrary: dict[str, int] = {}
+
+    def open_keys(self) -> list[str]:
+        """The links and switches named now, in either class."""
+        return [key for cls in FABRIC_CLASSES for key in self.book.open_keys(None, cls)]
+
+    def class_of(self, key: str) -> DiagnosisClass | None:
+        """The class a link or switch is named in now; None when it is not named."""
+        return next((cls for cls in FABRIC_CLASSES if self.book.is_open(None, cls, key)), None)
+
+    def _class_for(self, paths: list[SlowPath]) -> DiagnosisClass:
+        """Dark when the paths over a link fell (their median) below the dark share of their
+        own past; a path that does not say how far it fell counts as degraded."""
+        fell = [1.0 if p.fell_to is None else p.fell_to for p in paths]
+        return DARK if fell and median_of(fell) < self._dark_share else DEGRADED
 
     @property
     def knows_paths(self) -> bool:
@@ -110,8 +145,9 @@ class FabricCorrelator:
             else:
                 vias[flow] = known
         self.vias = vias
-        open_keys = self.book.open_keys(None, "link_degraded")
+        open_keys = self.open_keys()
         named: set[str] = set()
+        over: dict[str, list[SlowPath]] = defaultdict(list)  # named link -> settled paths on it
         # Each leaf with an uplink named -> that link.
         leaves = {
             end: key
@@ -138,6 +174,8 @@ class FabricCorrelator:
             candidates = self._candidates(path)
             # Explained by a link already named (a switch named for a tie is not proof).
             naming = next((key for key in open_keys if key in candidates), None)
+            if naming is not None:
+                over[naming].append(path)
             if naming is None and squeezed:
                 ends = (self._leaf_of.get(path.src_port), self._leaf_of.get(path.dst_port))
                 naming = next((squeezed[end] for end in ends if end in squeezed), None)
@@ -154,7 +192,7 @@ class FabricCorrelator:
         if votes:
             best, count = votes.most_common(1)[0]
             tied = [link for link, n in votes.items() if n == count]
-            still_open = [link for link in tied if self.book.is_open(None, "link_degraded", link)]
+            still_open = [link for link in tied if self.class_of(link) is not None]
             if still_open:
                 named.add(still_open[0])  # the evidence still fits the link already named
             elif count >= MIN_PATHS and not _one_port_on_all(voters[best]):
@@ -174,22 +212,58 @@ class FabricCorrelator:
                 if suspect is not None:
                     named.add(suspect.id)
                     evidence = {"slow_paths": count, "jobs": sorted(jobs[best])[:32]}
+                    cls = DEGRADED
+                    if suspect.type == "link":
+                        cls = self._class_for(voters[best])
+                        evidence["fell_to"] = _fell_to(voters[best])
                     fired = self.book.fire(
-                        None, "link_degraded", suspect.id, now_ns, now_ns, (suspect,), evidence
+                        None, cls, suspect.id, now_ns, now_ns, (suspect,), evidence
                     )
                     if fired is not None:
                         out.append(fired)
                         if suspect.type == "link":
                             out.extend(self._supersede(suspect.id, now_ns))
-        for key in self.book.open_keys(None, "link_degraded"):
+        out.extend(self._reclass(now_ns, over))
+        for key in self.open_keys():
             if key in named:
                 self.quiet[key] = 0
                 continue
             self.quiet[key] = self.quiet.get(key, 0) + 1
             if self.quiet[key] >= RESOLVE_AFTER_CHECKS:
                 del self.quiet[key]
-                if resolved := self.book.resolve(None, "link_degraded", key, now_ns):
+                self.contrary.pop(key, None)
+                named_as = self.class_of(key)
+                if named_as and (resolved := self.book.resolve(None, named_as, key, now_ns)):
                     out.append(resolved)
+        return out
+
+    def _reclass(self, now_ns: int, over: dict[str, list[SlowPath]]) -> list[Diagnosis]:
+        """Name a link again in the other class once the paths over it said so for
+        `CLASS_CHANGE_CHECKS` checks in a row (a degraded link went dark, or came back to a
+        share); its finding in the old class resolves. Only a link's own paths count: those
+        squeezed beside it say nothing of how far it fell."""
+        out: list[Diagnosis] = []
+        for key, paths in over.items():
+            cls = self.class_of(key)
+            if cls is None or key not in self._ends or len(paths) < MIN_PATHS:
+                continue
+            if self._class_for(paths) == cls:
+                self.contrary.pop(key, None)
+                continue
+            self.contrary[key] = self.contrary.get(key, 0) + 1
+            if self.contrary[key] < CLASS_CHANGE_CHECKS:
+                continue
+            del self.contrary[key]
+            before = self.book.finding(None, cls, key)
+            if before is None:
+                continue
+            evidence = {**before.evidence, "slow_paths": len(paths), "fell_to": _fell_to(paths)}
+            new = DARK if cls == DEGRADED else DEGRADED
+            if resolved := self.book.resolve(None, cls, key, now_ns):
+                out.append(resolved)
+            fired = self.book.fire(None, new, key, now_ns, now_ns, before.suspects, evidence)
+            if fired is not None:
+                out.append(fired)
         return out
 
     def _uplink(self, path: SlowPath, leaf: str) -> str | None:
@@ -230,8 +304,8 @@ class FabricCorrelator:
         """Resolve a switch named for a tie once more paths single out one of its links."""
         ends = next((pair for pair, name in self._link_of.items() if name == link), frozenset())
         out = []
-        for key in self.book.open_keys(None, "link_degraded"):
-            if key in ends and (resolved := self.book.resolve(None, "link_degraded", key, now_ns)):
+        for key in self.book.open_keys(None, DEGRADED):
+            if key in ends and (resolved := self.book.resolve(None, DEGRADED, key, now_ns)):
                 self.quiet.pop(key, None)
                 out.append(resolved)
         return out
@@ -280,6 +354,12 @@ class FabricCorrelator:
         return SuspectScore("switch", switch, 0.6) if count == len(links) else None
 
 
+def _fell_to(paths: list[SlowPath]) -> float | None:
+    """The median of how far these paths fell (None: none of them says)."""
+    known = [p.fell_to for p in paths if p.fell_to is not None]
+    return round(median_of(known), 2) if known else None
+
+
 def _one_port_on_all(paths: list[SlowPath]) -> bool:
     """Whether one NIC port lies on every one of these slow paths: that port explains them
     (a degraded port slows what it sends and what it receives), not the link or switch they
@@ -300,8 +380,10 @@ class FabricHub:
     own clock, as the single-process engine does with its jobs' current paths.
     """
 
-    def __init__(self, topology: Topology | None, tick_ns: int) -> None:
-        self.correlator = FabricCorrelator(topology)
+    def __init__(
+        self, topology: Topology | None, tick_ns: int, params: DetectorParams | None = None
+    ) -> None:
+        self.correlator = FabricCorrelator(topology, params)
         self.paths: dict[str, list[SlowPath]] = {}
         self.clock = TickClock(tick_ns)
 
@@ -323,13 +405,11 @@ class FabricHub:
     def state(self) -> dict[str, Any]:
         """The hub's paths and the correlator's open findings, as plain data."""
         return {
-            "paths": {
-                job: [[p.flow, p.src_port, p.dst_port, p.via, p.moved_ns] for p in paths]
-                for job, paths in self.paths.items()
-            },
+            "paths": {job: [path_row(p) for p in paths] for job, paths in self.paths.items()},
             "findings": self.correlator.book.state(),
             "quiet": self.correlator.quiet,
             "tie_checks": self.correlator.tie_checks,
+            "contrary": self.correlator.contrary,
             "vias": [
                 [job, flow, via, since]
                 for (job, flow), (via, since) in self.correlator.vias.items()
@@ -337,13 +417,15 @@ class FabricHub:
         }
 
     def restore(self, state: dict[str, Any]) -> None:
-        """Take the state of a snapshot."""
+        """Take the state of a snapshot (one taken before paths said how far they fell has
+        five fields a path: not known, as degraded)."""
         self.paths = {
-            job: [SlowPath(job, *path) for path in paths] for job, paths in state["paths"].items()
+            job: [path_of(job, row) for row in paths] for job, paths in state["paths"].items()
         }
         self.correlator.book.restore(state["findings"])
         self.correlator.quiet = dict(state["quiet"])
         self.correlator.tie_checks = int(state["tie_checks"])
+        self.correlator.contrary = {str(k): int(n) for k, n in state.get("contrary", {}).items()}
         self.correlator.vias = {
             (job, flow): (via, int(since)) for job, flow, via, since in state.get("vias", ())
         }

@@ -187,6 +187,10 @@ class FindingBook:
         for identity in [i for i in self._open if belongs(i[2])]:
             del self._open[identity]
 
+    def finding(self, job: str | None, cls: str, key: str) -> OpenFinding | None:
+        """The open finding of one job, class and key; None when none is open."""
+        return self._open.get((job, cls, key))
+
     def open_keys(self, job: str | None, cls: str) -> list[str]:
         """Keys of the open findings of one job and class."""
         return [key for (j, c, key) in self._open if j == job and c == cls]

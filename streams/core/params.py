@@ -47,6 +47,10 @@ class DetectorParams:
     slow_resolve_factor: float = 1.12
     # A connection is slow below this share of the job's median connection throughput.
     slow_conn_share: float = 0.8
+    # A fabric link is dark (link_down, not link_degraded) when the slow paths over it fell
+    # below this share of their own past throughput: a dark link carries nothing, the flows
+    # still hashed onto it crawl on retransmissions; a degraded one keeps a share of it.
+    dark_link_share: float = 0.25
     # Link counters: error rates that count as a degraded port when they last for
     # ``degraded_reports`` reports in a row (isolated errors happen on healthy cables).
     symbol_err_per_s: float = 10.0

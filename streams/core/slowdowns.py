@@ -175,6 +175,7 @@ class SlowdownCheck:
                 return (SuspectScore("port", port, 0.97 if rising else 0.9),), []
         paths = []
         fell = self._throughputs.fell(tracker, per_conn)
+        fell_to = self._throughputs.fallen_to(tracker, [conn for conn in slow if conn in fell])
         for rank, peer in slow:
             if (rank, peer) not in fell:
                 continue  # as slow as it always was (a share of a busy link): no new fault
@@ -184,7 +185,13 @@ class SlowdownCheck:
             flow = conn_flow(self._routes, self._job, tracker.comm, rank, peer)
             paths.append(
                 SlowPath(
-                    self._job, flow, src, dst, self._routes.via(flow), self._routes.moved_at(flow)
+                    self._job,
+                    flow,
+                    src,
+                    dst,
+                    self._routes.via(flow),
+                    self._routes.moved_at(flow),
+                    fell_to[(rank, peer)],
                 )
             )
         return (), paths

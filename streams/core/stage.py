@@ -37,8 +37,11 @@ JOB = "job"  # a job's detectors: keyed like its collective, job and member mess
 NODE = "node"  # a node's hardware monitor state: keyed like its link and gpu messages
 KEY_KINDS = (JOB, NODE)
 
-# The findings held in a node's state rather than a job's.
+# The findings held in a node's state rather than a job's (of a node's own part: a
+# ``link_down`` of a NIC port; the fabric correlator's, of a fabric link, is no node's).
 HARDWARE_CLASSES = frozenset({"link_down", "gpu_fault", "miscabled"})
+# Suspects of the fabric itself: a finding naming one first belongs to no node.
+FABRIC_SUSPECTS = frozenset({"link", "switch"})
 
 # One key's state as plain data (JSON types): what a snapshot holds and a restore takes.
 KeyState = dict[str, Any]
@@ -66,12 +69,12 @@ def state_key(message: C4Model) -> StateKey | None:
 def finding_key(diagnosis: Diagnosis) -> StateKey | None:
     """The key whose state holds a finding: a hardware finding its node's (a degraded link
     when its first suspect is a port), any other its job's; None for a finding of no job
-    (the fabric's)."""
+    (the fabric's: a ``link_down`` or ``link_degraded`` naming a fabric link or switch)."""
     suspects = diagnosis.suspects
     hardware = diagnosis.class_ in HARDWARE_CLASSES or (
         diagnosis.class_ == "link_degraded" and bool(suspects) and suspects[0].type == "port"
     )
-    if hardware and suspects:
+    if hardware and suspects and suspects[0].type not in FABRIC_SUSPECTS:
         return StateKey(NODE, suspects[0].id.split("/", 1)[0])
     if diagnosis.job is not None:
         return StateKey(JOB, diagnosis.job)

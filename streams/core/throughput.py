@@ -3,11 +3,13 @@ its own past, and which connections fell below what they were."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from streams.core.comm import CommTracker, ConnSample
 from streams.core.params import DetectorParams
 from streams.core.places import Routes
+from streams.core.slowpath import fall_ratio
 from streams.core.stats import median_of
 
 # A slow connection is slow against its own past too: this quantile of its kept samples.
@@ -62,6 +64,34 @@ class ConnThroughputs:
         """A connection's own past throughput as `fell` last held it against (0: none)."""
         known = self._conn_ref.get(f"{comm}/{rank}->{peer}")
         return 0.0 if known is None else known[0]
+
+    def fallen_to(
+        self, tracker: CommTracker, conns: Iterable[tuple[int, int]]
+    ) -> dict[tuple[int, int], float | None]:
+        """How far each of these connections fell on its path: the median of its recent
+        samples below the slow share of its reference (those since it fell), over that
+        reference; None without a reference or such samples.
+
+        Not the median of all its recent samples: just after a fall those straddle it (half
+        from before: a link that went dark would read as fallen to half).
+        """
+        share = self._params.slow_conn_share
+        wanted = set(conns)
+        values: dict[tuple[int, int], list[float]] = {}
+        for rank in {rank for rank, _ in wanted}:
+            for sample in tracker.recent_of(rank):
+                conn = (sample.rank, sample.peer)
+                if conn not in wanted or sample.busy_ns <= 0:
+                    continue
+                moved = self._routes.moved_at(f"{self._job}/{tracker.comm}/{conn[0]}->{conn[1]}")
+                if moved is None or sample.ts_ns >= moved:  # this path's samples only
+                    values.setdefault(conn, []).append(sample.nbytes / sample.busy_ns)
+        found: dict[tuple[int, int], float | None] = {}
+        for conn in wanted:
+            reference = self.reference(tracker.comm, *conn)
+            low = [v for v in values.get(conn, ()) if v < share * reference]
+            found[conn] = fall_ratio(median_of(low), reference) if low else None
+        return found
 
     def fell(self, tracker: CommTracker, now: dict[tuple[int, int], float]) -> set[tuple[int, int]]:
         """Connections of a group slower than they were on their current path.

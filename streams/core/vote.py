@@ -129,6 +129,7 @@ class JobVote:
             ports = {}  # slow nearly everywhere: no port singled out
         ports = self._without_crowded_nodes(ports)
         paths = []
+        falls: dict[str, dict[tuple[int, int], float | None]] = {}
         # Slow nearly everywhere says nothing of a path, unless every slow connection crosses
         # one fabric link: a job on two leaves whose rings cross a degraded link in half
         # their hops (rail by rail, every hop leaves its node). Not once a plan has moved
@@ -140,7 +141,12 @@ class JobVote:
                     continue
                 flow = conn_flow(self._routes, self._job, tracker.comm, rank, peer)
                 via, moved = self._routes.via(flow), self._routes.moved_at(flow)
-                paths.append(SlowPath(self._job, flow, src, dst, via, moved))
+                fell_to = falls.get(tracker.comm)
+                if fell_to is None:  # how far they fell, read once per group
+                    fell_to = falls[tracker.comm] = self._throughputs.fallen_to(
+                        tracker, [(r, p) for t, r, p, _, _ in slow_conns if t is tracker]
+                    )
+                paths.append(SlowPath(self._job, flow, src, dst, via, moved, fell_to[(rank, peer)]))
         self._last = (now_ns, ports, paths)
         if self._fabric_known:
             self.fabric_seen = self._seen_paths(others, ports, {path.flow for path in paths})

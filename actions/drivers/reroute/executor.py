@@ -16,13 +16,15 @@ paths of a plan that never came into force. A resolved diagnosis gives its links
 are usable again and the plan in force says so (with the default incremental mode no flow
 moves back onto them; with ``best`` flows move when that lowers ``max_util``).
 
-Except where the reroute itself ends the finding: a ``link_degraded`` finding of no job naming
-a fabric link or a switch rests on slow paths through it, and the reroute took those paths
-away; a degraded port's flows failed over to the sibling port of its NIC. Either resolves
-because of our own action, and giving it back would bring the traffic, then the finding, back
-(a flap): the step is skipped (``kept_out``: `actions.pipeline.policy.kept_out`) and the link
-or port stays out of the plan until an operator releases it (`give_back`). A port that went down and
-came up again (``link_down``, the port's own state) is given back. An unexpected planner error
+Except where the reroute itself ends the finding: a ``link_degraded`` (or ``link_down``, a
+dark link) finding of no job naming a fabric link or a switch rests on slow paths through it,
+and the reroute took those paths away; a degraded port's flows failed over to the sibling port
+of its NIC. Either resolves because of our own action, and giving it back would bring the
+traffic, then the finding, back (a flap): the step is skipped (``kept_out``:
+`actions.pipeline.policy.kept_out`) and the link or port stays out of the plan until an
+operator releases it (`give_back`). A port that went down and came up again (``link_down``,
+the port's own state) is given back, as is a link whose own state said it was down (a
+``link_down`` without slow paths). An unexpected planner error
 fails the step (``no_route``, logged with its traceback), it never ends the worker.
 """
 
