@@ -30,8 +30,9 @@ CLASSES: dict[str, tuple[str, ...]] = {
     "port_degraded": ("comm_slow", "link_degraded"),
     "link_down": ("link_down", "comm_hang"),
     "fabric_link_degraded": ("link_degraded", "comm_slow"),
-    # Without switch telemetry C4D sees a dark link as the slowest of degraded links: the
-    # connections over it crawl (simulator.effects), they do not stop.
+    # The connections over a dark link crawl (simulator.effects), they do not stop: C4D names
+    # it link_down by how far they fell; link_degraded (a crawl read as a share) still names
+    # the right link.
     "fabric_link_down": ("link_down", "link_degraded"),
 }
 
