@@ -34,9 +34,14 @@ def note(action: Action) -> ActionNote:
         text += ": " + ", ".join(moves)
     elif action.action == "reroute":
         before, after = _number(detail, "before_max_util"), _number(detail, "after_max_util")
+        bound = _number(detail, "bound")
         if after is not None:
             was = "-" if before is None else f"{before:.2f}"
             text += f": max link util {was} -> {after:.2f}"
+            if before is not None and bound is not None and after > before:
+                # The plan before had the failed links: losing them can force a higher
+                # maximum. Say how high it must be, so a raise reads as what it is.
+                text += f" (at least {bound:.2f} without {action.target})"
         moved = detail.get("moved")
         if isinstance(moved, int | list):
             count = moved if isinstance(moved, int) else len(moved)

@@ -11,6 +11,7 @@ import orjson
 from matplotlib.collections import PathCollection
 from matplotlib.colors import to_hex
 
+from c4.action_notes import note
 from c4.dashboard.model import FeedView
 from c4.demo.receivers import Call
 from c4.demo.report import WallClock, write_report
@@ -98,6 +99,28 @@ def test_every_fault_diagnosed_and_acted_on_passes() -> None:
     assert "reroute leaf-1a~spine-a-1: max link util 1.50 -> 1.00, 2 flows moved" in text
     assert "1/1 alerts delivered" in text
     assert verdict(timeline).startswith("PASS: 2/2 faults diagnosed, 2/2 acted on, 0 false")
+
+
+def test_a_reroute_that_raises_the_maximum_says_how_high_it_must_be() -> None:
+    lost = action(
+        "d-2",
+        "reroute",
+        "leaf-1a~spine-a-1",
+        before_max_util=3.0,
+        after_max_util=3.5,
+        bound=3.0,
+        moved=28,
+    )
+    text = note(lost).text
+    assert text == (
+        "reroute leaf-1a~spine-a-1: max link util 3.00 -> 3.50"
+        " (at least 3.00 without leaf-1a~spine-a-1), 28 flows moved"
+    )
+    lowered = action("d-2", "reroute", "leaf-1a~spine-a-1", before_max_util=3.0,
+                     after_max_util=2.0, bound=2.0, moved=3)  # fmt: skip
+    assert (
+        note(lowered).text == "reroute leaf-1a~spine-a-1: max link util 3.00 -> 2.00, 3 flows moved"
+    )
 
 
 def test_a_wrong_suspect_is_a_miss_and_a_false_finding() -> None:
