@@ -32,6 +32,18 @@ class Assignment:
         self.load = load
         self.spine = [-1] * problem.size
 
+    @classmethod
+    def of(cls, problem: Problem, load: list[float], spine: list[int]) -> Assignment:
+        """An assignment with these loads and spines, taken as they are (not copied)."""
+        state = cls.__new__(cls)
+        state.problem, state.cap, state.load, state.spine = (
+            problem,
+            problem.fabric.directed_gbps,
+            load,
+            spine,
+        )
+        return state
+
     def place(self, f: int, spine: int) -> None:
         """Route flow ``f`` through ``spine`` (it must have none)."""
         p, g = self.problem, self.problem.gbps[f]

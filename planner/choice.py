@@ -30,6 +30,7 @@ from planner.bound import problem_bound
 from planner.core import build_plan, incremental, moved_flows, solve
 from planner.phases import join, previous_by_phase, split
 from planner.problem import build_problem
+from planner.standing import replan_fast
 from schemas.files import Flows, Plan, PlanPath
 from topology.ecmp import SwitchHash
 from topology.model import Fabric
@@ -68,6 +69,18 @@ def replan_choice(
     mode: ReplanMode = "incremental",
 ) -> Replanned:
     """The replan of ``mode`` (see the module doc); raises what `core.replan` raises."""
+    down = tuple(down)
+    fast = replan_fast(fabric, previous, flows, down, hash_model)
+    if fast is not None:
+        # The incremental replan touched only what the failure affects (`standing`); the
+        # bound is still every phase's own, over all of its flows.
+        bounds = {phase: problem_bound(problem) for phase, problem in fast.problems.items()}
+        utils = fast.utils
+        reached = all(utils[phase] <= bound + TOLERANCE for phase, bound in bounds.items())
+        if mode == "incremental" or reached:
+            moved, util = fast.moved, fast.plan.max_util
+            bound = max(bounds.values(), default=0.0)
+            return Replanned(fast.plan, "incremental", moved, moved, util, bound)
     parts = split(flows)
     if parts is None:
         return _choice_one(fabric, previous, flows, down, hash_model, mode)

@@ -15,27 +15,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import orjson
-from pydantic import Field
 
 from planner.balance import TOLERANCE, Assignment, least_loaded, repair
 from planner.bound import problem_bound
 from planner.colouring import colour_balanced
+from planner.paths import PathMaker
+from planner.paths import RoutedPath as RoutedPath
 from planner.phases import join, previous_by_phase, split
 from planner.problem import Problem, build_problem
+from planner.standing import plan_state, remember, replan_fast
 from schemas.files import Flows, Plan, PlanPath
-from topology.ecmp import SPORT_MIN, Ecmp, SwitchHash
+from topology.ecmp import SwitchHash
 from topology.model import Fabric
 
-
-class RoutedPath(PlanPath):
-    """A plan path and the UDP source port that makes the source leaf's hash choose its spine.
-
-    On the wire it is a v1 plan path with one more key, ``sport`` (readers ignore unknown
-    keys); `plan_json` writes it. Within one leaf there is no choice to steer: the first port
-    of the dynamic range.
-    """
-
-    sport: int = Field(ge=0, le=65535, strict=True)
+# One phase's plan and what `standing` keeps of it: its problem and each flow's spine.
+Phased = tuple[Plan, Problem, Sequence[int]]
 
 
 def plan(
@@ -46,20 +40,36 @@ def plan(
     With a hash model every path is a `RoutedPath` carrying its source port. Raises
     `topology.TopologyError` subclasses for unknown ports or links and unreachable flows.
     """
+    down = tuple(down)
     parts = split(flows)
     if parts is None:
-        return _plan_one(fabric, flows, down, hash_model)
+        only = _plan_one(fabric, flows, down, hash_model)
+        return _kept(fabric, flows, hash_model, {None: only}, only[0])
     plans = {phase: _plan_one(fabric, part, down, hash_model) for phase, part in parts.items()}
-    return join(flows, plans)
+    return _kept(fabric, flows, hash_model, plans, join(flows, {k: v[0] for k, v in plans.items()}))
 
 
 def _plan_one(
     fabric: Fabric, flows: Flows, down: Iterable[str], hash_model: SwitchHash | None
-) -> Plan:
+) -> Phased:
     """The plan of flows that all run at the same time (one phase)."""
     problem = build_problem(fabric, flows, down)
     state = solve(problem)
-    return build_plan(problem, state, hash_model, {})
+    return build_plan(problem, state, hash_model, {}), problem, state.spine
+
+
+def _kept(
+    fabric: Fabric,
+    flows: Flows,
+    hash_model: SwitchHash | None,
+    phases: dict[str | None, Phased],
+    result: Plan,
+) -> Plan:
+    """The plan, its standing state kept for the replans that may follow (`standing`)."""
+    down = next(iter(phases.values()))[1].down if phases else frozenset[int]()
+    parts = {phase: (problem, spine, one.paths) for phase, (one, problem, spine) in phases.items()}
+    remember(plan_state(fabric, result, flows, down, hash_model, parts))
+    return result
 
 
 def lower_bound(fabric: Fabric, flows: Flows, down: Iterable[str] = ()) -> float:
@@ -82,18 +92,24 @@ def replan(
     A degraded link belongs in ``down``: it is to be avoided, like a failed one. A flow keeps
     its previous path when that path avoids every down link; flows that cross one, and flows
     the previous plan does not have, are placed least-loaded and repaired among themselves.
-    The previous path objects are reused, so a small change is cheap on a large plan. A
-    phased file is replanned phase by phase.
+    The previous path objects are reused, so a small change is cheap on a large plan; after
+    a plan made here, only what the failure affects is touched (`standing`). A phased file
+    is replanned phase by phase.
     """
+    down = tuple(down)
+    fast = replan_fast(fabric, previous, flows, down, hash_model)
+    if fast is not None:
+        return fast.plan
     parts = split(flows)
     if parts is None:
-        return _replan_one(fabric, previous, flows, down, hash_model)
+        only = _replan_one(fabric, previous, flows, down, hash_model)
+        return _kept(fabric, flows, hash_model, {None: only}, only[0])
     before = previous_by_phase(previous, flows)
     plans = {
         phase: _replan_one(fabric, before[phase], part, down, hash_model)
         for phase, part in parts.items()
     }
-    return join(flows, plans)
+    return _kept(fabric, flows, hash_model, plans, join(flows, {k: v[0] for k, v in plans.items()}))
 
 
 def _replan_one(
@@ -102,11 +118,11 @@ def _replan_one(
     flows: Flows,
     down: Iterable[str],
     hash_model: SwitchHash | None,
-) -> Plan:
+) -> Phased:
     """The incremental replan of flows that all run at the same time (one phase)."""
     problem = build_problem(fabric, flows, down)
     state, kept = incremental(problem, previous)
-    return build_plan(problem, state, hash_model, kept)
+    return build_plan(problem, state, hash_model, kept), problem, state.spine
 
 
 def incremental(problem: Problem, previous: Plan) -> tuple[Assignment, dict[str, PlanPath]]:
@@ -270,43 +286,10 @@ def build_plan(
     kept: dict[str, PlanPath],
 ) -> Plan:
     """The v1 plan of an assignment; ``kept`` paths are reused as they are (same spine)."""
-    fabric = problem.fabric
-    names, spine_ids, port_ids, uplinks = (
-        fabric.link_ids,
-        fabric.spines,
-        fabric.port_ids,
-        fabric.uplinks,
-    )
-    ecmp = Ecmp(fabric, hash_model) if hash_model is not None else None
+    maker = PathMaker(problem, hash_model)
     paths: list[PlanPath] = []
     for f, flow in enumerate(problem.ids):
         s = state.spine[f]
         old = kept.get(flow)
-        if ecmp is None:
-            if old is not None and type(old) is PlanPath:
-                paths.append(old)
-                continue
-        elif old is not None and isinstance(old, RoutedPath):
-            # The path is unchanged, but a down link may have shrunk the ECMP group: the old
-            # source port is kept only if the hash still lands on the same spine.
-            if s < 0 or ecmp.choose(problem.src[f], problem.dst[f], old.sport, problem.down) == s:
-                paths.append(old)
-                continue
-        src, dst = port_ids[problem.src[f]], port_ids[problem.dst[f]]
-        via: str | None
-        links: tuple[str, ...]
-        if s < 0:
-            via, links = None, (src, dst)
-        else:
-            up_a, up_b = uplinks[problem.src_leaf[f]], uplinks[problem.dst_leaf[f]]
-            via, links = spine_ids[s], (src, names[up_a[s]], names[up_b[s]], dst)
-        if ecmp is None:
-            paths.append(PlanPath(flow=flow, via=via, links=links))
-        else:
-            sport = SPORT_MIN
-            if s >= 0:
-                sport = ecmp.sport_for(
-                    problem.src[f], problem.dst[f], s, problem.down, members=problem.cands[f]
-                )
-            paths.append(RoutedPath(flow=flow, via=via, links=links, sport=sport))
+        paths.append(old if old is not None and maker.keeps(f, s, old) else maker.make(f, s))
     return Plan(v=1, kind="plan", paths=tuple(paths), max_util=state.max_util())

@@ -28,6 +28,7 @@ message as its whole plan.
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -237,21 +238,30 @@ def reroute(
 def route_around_cables(
     fabric: Fabric, flows: tuple[Flow, ...], down: set[str]
 ) -> tuple[list[Flow], list[str], list[str]]:
-    """Flows with a usable path; those failed over to sibling ports; those stranded."""
+    """Flows with a usable path; those failed over to sibling ports; those stranded.
+
+    Only flows at a down cable or on a leaf with a down uplink are looked at closely: the
+    others are kept as they are (the same objects, in order), a set lookup each.
+    """
     links_down = frozenset(fabric.link_indices(sorted(down)))
     cables = len(fabric.port_ids)
     # Only pairs of leaves with a down uplink need their spines checked, once a pair.
     touched = {fabric.link_leaf[link] for link in links_down if link >= cables}
+    cut = {fabric.port_ids[link] for link in links_down if link < cables}
+    if not cut and not touched:
+        return list(flows), [], []
+    near = cut | {port for leaf in touched for port in _leaf_ports(fabric)[leaf]}
     reachable: dict[tuple[int, int], bool] = {}
-    nics: dict[tuple[str, str], list[str]] | None = None
     routable: list[Flow] = []
     failed_over: list[str] = []
     stranded: list[str] = []
     for flow in flows:
         src, dst = flow.src, flow.dst
-        if src in down or dst in down:
-            nics = nics if nics is not None else _nic_ports(fabric)
-            pair = _siblings(fabric, nics, src, dst, down)
+        if src not in near and dst not in near:
+            routable.append(flow)
+            continue
+        if src in cut or dst in cut:
+            pair = _siblings(fabric, _nic_ports(fabric), src, dst, down)
             if pair is None:
                 cable = src if src in down else dst
                 stranded.append(f"{flow.id}: the cable of {cable} is down, no sibling port")
@@ -287,14 +297,46 @@ def _siblings(
     return None
 
 
-def _nic_ports(fabric: Fabric) -> dict[tuple[str, str], list[str]]:
-    """The ports of every NIC: (node, device) -> global port ids (``mlx5_3:1`` is mlx5_3's)."""
+# Port maps of the last few fabrics, by identity (the fabric held, so its id stays its own).
+_PORT_MAPS: OrderedDict[int, tuple[Fabric, PortMaps]] = OrderedDict()
+_KEEP_MAPS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class PortMaps:
+    """A fabric's ports by NIC and by leaf, made once per fabric, not once per reroute."""
+
+    nics: dict[tuple[str, str], list[str]]
+    leaves: dict[int, frozenset[str]]
+
+
+def _port_maps(fabric: Fabric) -> PortMaps:
+    known = _PORT_MAPS.get(id(fabric))
+    if known is not None and known[0] is fabric:
+        _PORT_MAPS.move_to_end(id(fabric))
+        return known[1]
     nics: dict[tuple[str, str], list[str]] = {}
+    leaves: dict[int, set[str]] = {}
     for port, info in fabric.ports.items():
         device = port.partition("/")[2].rpartition(":")[0]
         if device:
             nics.setdefault((info.node, device), []).append(port)
-    return nics
+        leaves.setdefault(fabric.port_leaf[fabric.port_index[port]], set()).add(port)
+    maps = PortMaps(nics, {leaf: frozenset(ports) for leaf, ports in leaves.items()})
+    _PORT_MAPS[id(fabric)] = (fabric, maps)
+    while len(_PORT_MAPS) > _KEEP_MAPS:
+        _PORT_MAPS.popitem(last=False)
+    return maps
+
+
+def _nic_ports(fabric: Fabric) -> dict[tuple[str, str], list[str]]:
+    """The ports of every NIC: (node, device) -> global port ids (``mlx5_3:1`` is mlx5_3's)."""
+    return _port_maps(fabric).nics
+
+
+def _leaf_ports(fabric: Fabric) -> dict[int, frozenset[str]]:
+    """The ports cabled to each leaf (by leaf number)."""
+    return _port_maps(fabric).leaves
 
 
 def _same_nic(nics: Mapping[tuple[str, str], list[str]], port: str, down: set[str]) -> list[str]:

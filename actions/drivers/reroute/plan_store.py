@@ -69,6 +69,10 @@ class PlanStore:
         self._current = f"{prefix}current"
         self._history = f"{prefix}history"
         self._replace = client.register_script(_REPLACE)
+        # The plan in force as last read or stored here. A plan id names one plan (it is a
+        # hash of what made it), so while the id in Redis is the same, this object is the
+        # plan: no re-parse of a large plan, and the planner keeps its standing state for it.
+        self._last: CurrentPlan | None = None
 
     @classmethod
     def from_url(
@@ -86,6 +90,13 @@ class PlanStore:
 
     def current(self) -> CurrentPlan | None:
         """The plan in force, or None when no plan was ever stored."""
+        ident = cast("bytes | None", self._call(self._client.hget, self._current, "id"))
+        if (
+            ident is not None
+            and self._last is not None
+            and self._last.id == ident.decode(errors="replace")
+        ):
+            return self._last
         fields = cast("dict[bytes, bytes]", self._call(self._client.hgetall, self._current))
         if not fields:
             return None
@@ -95,13 +106,14 @@ class PlanStore:
             if not isinstance(down, list) or not all(isinstance(x, str) for x in down):
                 error = "down is not a list of link ids"
                 raise ValueError(error)
-            return CurrentPlan(
+            self._last = CurrentPlan(
                 id=fields[b"id"].decode(),
                 plan=plan_from_json(fields[b"plan"]),
                 down=tuple(down),
                 ts_ns=int(fields[b"ts_ns"]),
                 diagnosis=diagnosis or None,
             )
+            return self._last
         except (KeyError, ValueError, UnicodeDecodeError, ValidationError) as error:
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             message = f"{self._current} holds no valid plan: {first}"
@@ -129,6 +141,8 @@ class PlanStore:
         if answer == 0:
             error = f"the plan in force is no longer {expected or 'absent'}"
             raise StalePlanError(error)
+        if answer == 1:
+            self._last = new
         return Saved(stored=answer == 1)
 
     def history(self) -> list[str]:
