@@ -56,7 +56,7 @@ DEGRADED: DiagnosisClass = "link_degraded"
 DARK: DiagnosisClass = "link_down"
 FABRIC_CLASSES: tuple[DiagnosisClass, ...] = (DEGRADED, DARK)
 # Checks in a row the paths over a named link must say it is in the other class before it is
-# named again in that class (one connection's median may straddle the moment it fell).
+# named again in that class: paths near the dark share do not flip it back and forth.
 CLASS_CHANGE_CHECKS = 4
 
 
@@ -174,8 +174,8 @@ class FabricCorrelator:
             candidates = self._candidates(path)
             # Explained by a link already named (a switch named for a tie is not proof).
             naming = next((key for key in open_keys if key in candidates), None)
-            if naming is not None:
-                over[naming].append(path)
+            if naming is not None and path.via is not None:
+                over[naming].append(path)  # over it for sure: how far it fell is the link's
             if naming is None and squeezed:
                 ends = (self._leaf_of.get(path.src_port), self._leaf_of.get(path.dst_port))
                 naming = next((squeezed[end] for end in ends if end in squeezed), None)
