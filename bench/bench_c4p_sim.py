@@ -21,10 +21,12 @@ slowest connection. Iteration time: the median interval between a data-parallel 
 allreduce of successive iterations.
 
 Three mixes (plain data-parallel jobs; 3D jobs: tp 8, pp 4, the rest data parallel; MoE:
-3D with 4-way expert parallelism) and two compute loads: communication-bound (compute 0.1x
-the data-parallel step's ideal time) and moderate (1x). The simulator runs an expert group's
-all-to-all over ring connections (its collectives are rings), so for moe C4P's plan of the
-all pairs is applied to the ring's hops, which are among them. Prints, per case, the median
+tp 8, pp 2, data parallel 8 split into expert groups of 4) and two compute loads:
+communication-bound (compute 0.1x the data-parallel step's ideal time) and moderate (1x).
+An expert group's all-to-all runs as all pairs (12 connections per group of 4, each at a
+third of its port's line rate), in the simulator as in the planner (`topology.traffic`);
+MoE has pp 2 so that an expert group (4 replicas) sits inside a larger data-parallel group
+(8), as c4 tells an expert group from the communicators alone. Prints, per case, the median
 over placements of the iteration time under each method, C4P's plan ``max_util`` and bound
 (per phase), and C4P's gain over ECMP and over ECMP 8QP.
 
@@ -51,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from planner import lower_bound, plan  # noqa: E402
 from planner.reroute import job_flows  # noqa: E402
 from schemas.files import Flows, Topology  # noqa: E402
-from simulator.cluster import GPUS_PER_NODE, Cluster, build_cluster  # noqa: E402
+from simulator.cluster import GPUS_PER_NODE, Cluster, Conn, build_cluster  # noqa: E402
 from simulator.effects import job_effects  # noqa: E402
 from simulator.jobsim import RDMA_STEP_NS, OpRun, simulate_job  # noqa: E402
 from simulator.pipeline import simulate_parallel_job  # noqa: E402
@@ -60,14 +62,15 @@ from simulator.scenario import MIB, Scenario, scenario_from  # noqa: E402
 from topology.ecmp import SPORT_MAX, SPORT_MIN, Crc32Hash, Ecmp  # noqa: E402
 from topology.generate import Shape, generate  # noqa: E402
 from topology.model import Fabric  # noqa: E402
+from topology.traffic import shared_gbps  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "c4p-sim.txt"
 PORT_GBPS = 200.0
 JOBS = 4
 OP_BYTES = 256 * MIB  # a plain job's gradient allreduce per iteration
 LOADS = {"comm-bound": 0.1, "moderate": 1.0}  # compute as a share of the ideal allreduce
-# moe: expert groups of 2 replicas (inside the 4 of a job on 64 nodes), one rank's input
-EXPERT_PARALLEL, A2A_BYTES = 2, 8 * MIB
+# moe: pp 2, expert groups of 4 replicas (inside the 8 of a job on 64 nodes), one rank's input
+EXPERT_PARALLEL, A2A_BYTES, MOE_STAGES = 4, 8 * MIB, 2
 T0 = 1_700_000_000_000_000_000
 
 
@@ -111,12 +114,13 @@ def scenario(topology: Topology, mix: str, load: float, seed: int, seconds: floa
             compute = load * ideal_allreduce_ms(ranks, OP_BYTES)
             job |= {"op_bytes": OP_BYTES, "compute_ms": round(max(compute, 0.1), 3)}
         else:
-            dp = ranks // (8 * 4)
+            stages = MOE_STAGES if mix == "moe" else 4
+            dp = ranks // (8 * stages)
             bucket = OP_BYTES // 4
             compute = load * 4 * ideal_allreduce_ms(dp, bucket) / 8 / 3  # fwd+bwd of 8 mb
             job["parallel"] = {
                 "tp": 8,
-                "pp": 4,
+                "pp": stages,
                 "microbatches": 8,
                 "forward_ms": round(max(compute, 0.05), 3),
                 "bucket_bytes": bucket,
@@ -181,28 +185,37 @@ def with_rates(cluster: Cluster, rates: Mapping[str, float]) -> Cluster:
                 comms.append(comm)
                 continue
             prefix = f"{job.spec.id}/{comm.id}/"
-            ring = tuple(
-                replace(conn, gbps=rates.get(f"{prefix}{conn.src}->{conn.dst}", conn.gbps))
-                for conn in comm.ring
+            ring, pairs = (
+                None
+                if conns is None
+                else tuple(
+                    replace(conn, gbps=rates.get(f"{prefix}{conn.src}->{conn.dst}", conn.gbps))
+                    for conn in conns
+                )
+                for conns in (comm.ring, comm.pairs)
             )
-            comms.append(replace(comm, ring=ring))
+            comms.append(replace(comm, ring=ring, pairs=pairs))
         jobs.append(replace(job, comms=tuple(comms)))
     return replace(cluster, jobs=tuple(jobs))
 
 
 def multipath_rates(fabric: Fabric, cluster: Cluster, qps: int | None) -> dict[str, float]:
     """Each crossing connection's rate split over ``qps`` hashed queue pairs (None: sprayed
-    over every spine), connections of one kind sharing each directed link equally."""
+    over every spine), connections of one kind sharing each directed link equally; an
+    all-to-all's connections are its pairs, each asking for its share of its ports."""
     ecmp = Ecmp(fabric, Crc32Hash())
     conns: list[tuple[str, str, int, int, float]] = []
     for job in cluster.jobs:
         for comm in job.comms:
-            for conn in comm.network():
+            shares = _port_shares(fabric, comm.traffic()) if comm.pairs is not None else {}
+            for conn in comm.traffic():
                 a = fabric.index_of(str(conn.src_port))
                 b = fabric.index_of(str(conn.dst_port))
                 if fabric.port_leaf[a] == fabric.port_leaf[b]:
                     continue
-                line = min(fabric.link_gbps[a], fabric.link_gbps[b])
+                line = shares.get((conn.src, conn.dst)) or min(
+                    fabric.link_gbps[a], fabric.link_gbps[b]
+                )
                 flow = f"{job.spec.id}/{comm.id}/{conn.src}->{conn.dst}"
                 conns.append((flow, comm.kind, a, b, line))
     if qps is None:
@@ -228,6 +241,16 @@ def multipath_rates(fabric: Fabric, cluster: Cluster, qps: int | None) -> dict[s
         )
         rates[flow] = qps * slowest
     return rates
+
+
+def _port_shares(fabric: Fabric, conns: tuple[Conn, ...]) -> dict[tuple[int, int], float]:
+    """An all-to-all pair's share of its ports' line rate (`traffic.shared_gbps`)."""
+    rates = shared_gbps(
+        [(conn.src_port, conn.dst_port) for conn in conns],
+        [fabric.link_gbps[fabric.index_of(str(conn.src_port))] for conn in conns],
+        [fabric.link_gbps[fabric.index_of(str(conn.dst_port))] for conn in conns],
+    )
+    return {(conn.src, conn.dst): rate for conn, rate in zip(conns, rates, strict=True)}
 
 
 def _sprayed(fabric: Fabric, conns: list[tuple[str, str, int, int, float]]) -> dict[str, float]:

@@ -6,6 +6,13 @@ too): a hop between two nodes leaves through the sender's port and arrives at th
 crossing a leaf~spine~leaf path between two leaves (the spine chosen by the fabric's ECMP
 hash, as a real leaf would); a hop inside a node is NVLink; a communicator inside one node has
 no connection on a port at all.
+
+An expert group of more than two members over several nodes runs its all-to-all as all pairs
+(`traffic.all_pairs`: every ordered pair of members on different nodes, the planner's flows),
+its ``pairs``; a member's port shares its line rate among its pairs (`traffic.shared_gbps`).
+Its ``ring`` (the ring hops, each the pair of the same two members, same source port and
+path) is what the agents report a member's connections by. With two members the pairs are
+the ring's two hops: no ``pairs``, as before.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from topology import TopologyError
 from topology.ecmp import SPORT_MAX, SPORT_MIN, Crc32Hash, Ecmp
 from topology.generate import Shape, generate
 from topology.model import Fabric
-from topology.traffic import network_hops, ring_hops
+from topology.traffic import all_pairs, network_hops, ring_hops, shared_gbps
 
 NVLINK_GBPS = 2400.0  # ~300 GB/s per direction: tensor-parallel rings stay inside a node
 _NODE_NUMBER = re.compile(r"^node-(\d+)$")
@@ -69,10 +76,17 @@ class Comm:
     ring: tuple[Conn, ...] | None
     # Per member: the member whose connection arrives at it (its ring predecessor).
     prev: tuple[int, ...] = ()
+    # An expert group's all-to-all as all pairs (see the module doc); None: its ring's hops.
+    pairs: tuple[Conn, ...] | None = None
 
     def network(self) -> tuple[Conn, ...]:
         """The connections on NIC ports (a hop between two nodes), in sender order."""
         return tuple(conn for conn in self.ring or () if conn.src_port is not None)
+
+    def traffic(self) -> tuple[Conn, ...]:
+        """The connections that carry its bytes over NIC ports: the pairs of an all-to-all
+        run as all pairs, else `network`."""
+        return self.pairs if self.pairs is not None else self.network()
 
     def on_port(self, member: int) -> bool:
         """Whether the member sends or receives on its NIC port in this communicator."""
@@ -287,6 +301,7 @@ class _Ring:
     group: Group
     ends: tuple[_Ends, ...]
     flow_prefix: str  # ``job/comm/``: a connection's flow id is this and ``src->dst``
+    pairs: tuple[_Ends, ...] | None = None  # an all-to-all's pairs (see the module doc)
 
 
 def _rings(spec: JobSpec, nodes: tuple[str, ...]) -> dict[str, _Ring | None]:
@@ -298,19 +313,42 @@ def _rings(spec: JobSpec, nodes: tuple[str, ...]) -> dict[str, _Ring | None]:
         if group.kind == "tp" or not network_hops(where):
             found[group.name] = None  # NVLink inside one node, no NIC port involved
             continue
-        ends = []
-        for k, nxt in sorted(ring_hops(where)):  # by sender: ``ring[k].src == k``
-            a, b = members[k], members[nxt]
-            src = dst = None
-            if where[k] != where[nxt]:
-                src = f"{nodes[a // GPUS_PER_NODE]}/{local_port(a % GPUS_PER_NODE)}"
-                dst = f"{nodes[b // GPUS_PER_NODE]}/{local_port(b % GPUS_PER_NODE)}"
-            # The RDMA stack picks a source port per queue pair: a stable hash stands in.
-            key = f"{spec.id}/{group.name}/{k}".encode()
-            sport = SPORT_MIN + zlib.crc32(key) % (SPORT_MAX - SPORT_MIN + 1)
-            ends.append(_Ends(k, src, nxt, dst, sport))
-        found[group.name] = _Ring(group, tuple(ends), f"{spec.id}/{_ident(spec.id, group)}/")
+        hops = sorted(ring_hops(where))  # by sender: ``ring[k].src == k``
+        ends = [_ends(spec, group, nodes, where, k, nxt) for k, nxt in hops]
+        pairs = None
+        if group.kind == "ep" and len(members) > 2:
+            # A ring hop and the pair of the same two members are one connection.
+            ring = {(end.src, end.dst): end for end in ends}
+            pairs = tuple(
+                ring.get((i, j)) or _ends(spec, group, nodes, where, i, j, f"{i}->{j}")
+                for i, j in all_pairs(where)
+            )
+        prefix = f"{spec.id}/{_ident(spec.id, group)}/"
+        found[group.name] = _Ring(group, tuple(ends), prefix, pairs)
     return found
+
+
+def _ends(
+    spec: JobSpec,
+    group: Group,
+    nodes: tuple[str, ...],
+    where: list[int],
+    k: int,
+    nxt: int,
+    key: str | None = None,
+) -> _Ends:
+    """Connection ``k -> nxt`` of a group: its ports (None inside a node) and source port."""
+    members = group.members
+    a, b = members[k], members[nxt]
+    src = dst = None
+    if where[k] != where[nxt]:
+        src = f"{nodes[a // GPUS_PER_NODE]}/{local_port(a % GPUS_PER_NODE)}"
+        dst = f"{nodes[b // GPUS_PER_NODE]}/{local_port(b % GPUS_PER_NODE)}"
+    # The RDMA stack picks a source port per queue pair: a stable hash stands in (a ring
+    # hop's key is its sender, as it always was).
+    name = f"{spec.id}/{group.name}/{k if key is None else key}".encode()
+    sport = SPORT_MIN + zlib.crc32(name) % (SPORT_MAX - SPORT_MIN + 1)
+    return _Ends(k, src, nxt, dst, sport)
 
 
 def _ident(job: str, group: Group) -> str:
@@ -322,7 +360,7 @@ def _ident(job: str, group: Group) -> str:
 
 
 Route = tuple[str | None, tuple[tuple[str, int], ...]]  # spine, (fabric link, direction)
-RouteKey = tuple[str, str, int]  # job, group name, ring connection
+RouteKey = tuple[str, str, int, int]  # job, group name, connection src -> dst
 
 
 def _routes(
@@ -337,27 +375,37 @@ def _routes(
         for name, ring in job_rings.items():
             if ring is None:
                 continue
-            for end in ring.ends:
-                if end.src_port is None or end.dst_port is None:
-                    routes[(job, name, end.src)] = (None, ())  # NVLink
-                    continue
-                a, b = fabric.index_of(end.src_port), fabric.index_of(end.dst_port)
-                leaf_a, leaf_b = fabric.port_leaf[a], fabric.port_leaf[b]
-                if leaf_a == leaf_b:
-                    routes[(job, name, end.src)] = (None, ())
-                    continue
-                flow = f"{ring.flow_prefix}{end.src}->{end.dst}"
-                via = planned.get(flow)
-                spine = ecmp.choose(a, b, end.sport) if via is None else _planned(fabric, a, b, via)
-                if spine < 0:
-                    message = f"job {job}: {fabric.unreachable(a, b)}"
-                    raise ScenarioError(message)
-                up = fabric.link_ids[fabric.uplinks[leaf_a][spine]]
-                down = fabric.link_ids[fabric.uplinks[leaf_b][spine]]
-                hops = ((up, 0), (down, 1))
-                routes[(job, name, end.src)] = (fabric.spines[spine], hops)
-                shares.update((ring.group.kind, link, d) for link, d in hops)
+            # An all-to-all's bytes go over its pairs: they, not its ring, share the links.
+            for ends, traffic in ((ring.ends, ring.pairs is None), (ring.pairs or (), True)):
+                for end in ends:
+                    key = (job, name, end.src, end.dst)
+                    route = routes.get(key)
+                    if route is None:
+                        route = routes[key] = _route(fabric, ecmp, ring, end, planned, job)
+                    if traffic:
+                        shares.update((ring.group.kind, link, d) for link, d in route[1])
     return routes, shares
+
+
+def _route(
+    fabric: Fabric, ecmp: Ecmp, ring: _Ring, end: _Ends, planned: Mapping[str, str], job: str
+) -> Route:
+    """One connection's spine and fabric links (none over NVLink or within one leaf)."""
+    if end.src_port is None or end.dst_port is None:
+        return (None, ())  # NVLink
+    a, b = fabric.index_of(end.src_port), fabric.index_of(end.dst_port)
+    leaf_a, leaf_b = fabric.port_leaf[a], fabric.port_leaf[b]
+    if leaf_a == leaf_b:
+        return (None, ())
+    flow = f"{ring.flow_prefix}{end.src}->{end.dst}"
+    via = planned.get(flow)
+    spine = ecmp.choose(a, b, end.sport) if via is None else _planned(fabric, a, b, via)
+    if spine < 0:
+        message = f"job {job}: {fabric.unreachable(a, b)}"
+        raise ScenarioError(message)
+    up = fabric.link_ids[fabric.uplinks[leaf_a][spine]]
+    down = fabric.link_ids[fabric.uplinks[leaf_b][spine]]
+    return (fabric.spines[spine], ((up, 0), (down, 1)))
 
 
 def _planned(fabric: Fabric, a: int, b: int, via: str) -> int:
@@ -380,28 +428,58 @@ def _job(
     for group in groups(spec):
         ident = _ident(spec.id, group)
         ring = rings[group.name]
-        conns = None
+        ring_conns = pairs = None
         if ring is not None:
-            conns = []
-            for end in ring.ends:
-                via, hops = routes[(spec.id, group.name, end.src)]
-                if end.src_port is None or end.dst_port is None:
-                    gbps = NVLINK_GBPS
-                else:
-                    gbps = min(speeds[end.src_port], speeds[end.dst_port])
-                for link, direction in hops:
-                    # Flows that share a directed link share its capacity (ECMP collisions).
-                    gbps = min(gbps, speeds[link] / shares[(group.kind, link, direction)])
-                links = tuple(link for link, _ in hops)
-                conns.append(
-                    Conn(end.src, end.dst, end.src_port, end.dst_port, via, links, gbps, end.sport)
-                )
-        ring_conns = None if conns is None else tuple(conns)
+            key = (spec.id, group.name)
+            ring_conns = _conns(ring.ends, key, routes, shares, speeds, group.kind)
+            if ring.pairs is not None:
+                pairs = _conns(ring.pairs, key, routes, shares, speeds, group.kind, shared=True)
         prev = [0] * len(group.members)
         for conn in ring_conns or ():
             prev[conn.dst] = conn.src
-        comms.append(Comm(ident, group.name, group.kind, group.members, ring_conns, tuple(prev)))
+        comms.append(
+            Comm(ident, group.name, group.kind, group.members, ring_conns, tuple(prev), pairs)
+        )
     return PlacedJob(spec, nodes, tuple(comms))
+
+
+def _conns(
+    ends: tuple[_Ends, ...],
+    key: tuple[str, str],
+    routes: Mapping[RouteKey, Route],
+    shares: Counter[tuple[str, str, int]],
+    speeds: Mapping[str, float],
+    kind: str,
+    shared: bool = False,
+) -> tuple[Conn, ...]:
+    """The connections of these ends, each at its ports' speed (``shared``: a port's share
+    among the connections leaving and entering it) and its fair share of each fabric link."""
+    network = [end for end in ends if end.src_port is not None and end.dst_port is not None]
+    share = dict(
+        zip(
+            ((end.src, end.dst) for end in network),
+            shared_gbps(
+                [(end.src_port, end.dst_port) for end in network],
+                [speeds[str(end.src_port)] for end in network],
+                [speeds[str(end.dst_port)] for end in network],
+            )
+            if shared
+            else [min(speeds[str(end.src_port)], speeds[str(end.dst_port)]) for end in network],
+            strict=True,
+        )
+    )
+    conns = []
+    for end in ends:
+        via, hops = routes[(*key, end.src, end.dst)]
+        gbps = share.get((end.src, end.dst), NVLINK_GBPS)
+        for link, direction in hops:
+            # Flows that share a directed link share its capacity (ECMP collisions).
+            gbps = min(gbps, speeds[link] / shares[(kind, link, direction)])
+        links = tuple(link for link, _ in hops)
+        conns.append(
+            Conn(end.src, end.dst, end.src_port, end.dst_port, via, links, gbps, end.sport)
+        )
+    return tuple(conns)
 
 
 def _check_faults(scenario: Scenario, cluster: Cluster) -> None:

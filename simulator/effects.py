@@ -18,7 +18,7 @@ from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from simulator.cluster import GPUS_PER_NODE, Cluster, Comm, PlacedJob
+from simulator.cluster import GPUS_PER_NODE, Cluster, Comm, Conn, PlacedJob
 from simulator.scenario import (
     FabricLinkDegraded,
     FabricLinkDown,
@@ -82,6 +82,8 @@ class JobEffects:
     stop_ns: Mapping[int, int]  # global rank -> from when it enters no operation
     broken: Mapping[str, Breakage]  # comm id -> when its operations stop finishing
     bandwidth: Mapping[str, Bandwidth]  # ring comm id -> connection speeds over time
+    # all-to-all comm id -> its pairs' speeds over time (`Comm.pairs`; none without)
+    pair_bandwidth: Mapping[str, Bandwidth]
 
     def slow_factor(self, rank: int, t_ns: int) -> float:
         """How much longer the rank's compute starting at ``t_ns`` takes."""
@@ -117,7 +119,9 @@ def job_effects(cluster: Cluster, scenario: Scenario, job: PlacedJob) -> JobEffe
             port = f"{fault.node}/{fault.port}"
             for comm in job.comms:
                 dead = _conns_touching_port(comm, port)
-                if dead:
+                # An all-to-all's pairs may cross a port its ring hops do not.
+                paired = any(port in (c.src_port, c.dst_port) for c in comm.pairs or ())
+                if dead or paired:
                     _break(broken, comm, onset, dead)
         elif isinstance(fault, PortDegraded | FabricLinkDegraded):
             until = None if fault.until_s is None else at_ns(scenario, fault.until_s)
@@ -130,13 +134,19 @@ def job_effects(cluster: Cluster, scenario: Scenario, job: PlacedJob) -> JobEffe
             window = Window(onset, None, DOWN_SHARE)
             link_windows.setdefault(fault.link, []).append(window)
     moves = _path_moves(cluster, scenario, job)
+    windows = (scenario.start_ns, port_windows, link_windows, moves)
     bandwidth = {
-        comm.id: _bandwidth(comm, scenario.start_ns, port_windows, link_windows, moves)
+        comm.id: _bandwidth(comm.id, comm.ring, *windows)
         for comm in job.comms
         if comm.ring is not None
     }
+    pairs = {
+        comm.id: _bandwidth(comm.id, comm.pairs, *windows)
+        for comm in job.comms
+        if comm.pairs is not None
+    }
     return JobEffects(
-        {rank: tuple(windows) for rank, windows in slow.items()}, stop, broken, bandwidth
+        {rank: tuple(windows) for rank, windows in slow.items()}, stop, broken, bandwidth, pairs
     )
 
 
@@ -181,7 +191,7 @@ def _path_moves(cluster: Cluster, scenario: Scenario, job: PlacedJob) -> dict[st
     conns = {
         f"{job.spec.id}/{comm.id}/{conn.src}->{conn.dst}": conn
         for comm in job.comms
-        for conn in comm.ring or ()
+        for conn in (*(comm.ring or ()), *(comm.pairs or ()))
     }
     prefix = f"{job.spec.id}/"
     for change in sorted(scenario.path_changes, key=lambda c: c.at_s):
@@ -198,18 +208,18 @@ def _path_moves(cluster: Cluster, scenario: Scenario, job: PlacedJob) -> dict[st
 
 
 def _bandwidth(
-    comm: Comm,
+    comm: str,
+    conns: tuple[Conn, ...],
     start_ns: int,
     port_windows: Mapping[str, list[Window]],
     link_windows: Mapping[str, list[Window]],
     moves: Mapping[str, list[Path]],
 ) -> Bandwidth:
-    assert comm.ring is not None  # noqa: S101 - only ring communicators are asked
     # Per connection: its paths over time, each with the windows that slow it.
     per_conn: list[list[tuple[Path, list[Window]]]] = []
     changes = {start_ns}
-    for conn in comm.ring:
-        flow = f"{comm.id}/{conn.src}->{conn.dst}"
+    for conn in conns:
+        flow = f"{comm}/{conn.src}->{conn.dst}"
         paths = [Path(start_ns, conn.src_port, conn.dst_port, conn.links)]
         paths += moves.get(flow, [])
         timed = []
@@ -232,7 +242,7 @@ def _bandwidth(
     speeds: list[tuple[float, ...]] = []
     for t in starts:
         row = []
-        for conn, timed in zip(comm.ring, per_conn, strict=True):
+        for conn, timed in zip(conns, per_conn, strict=True):
             gbps = conn.gbps
             windows = timed[0][1]
             for path, path_windows in timed:

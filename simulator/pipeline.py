@@ -396,7 +396,7 @@ class _ParallelSim:
             conn_bytes, steps = pending.nbytes, 1
         else:
             conn_bytes, steps = (size - 1) * pending.nbytes // size, size - 1
-        bits = conn_bytes * 8
+        bits: float = conn_bytes * 8
         rng = self.rng
         speeds = None
         if comm.ring is None:
@@ -406,6 +406,18 @@ class _ParallelSim:
             epoch = bandwidth.epoch(start)
             slowest, step_ns = bandwidth.slowest[epoch], RDMA_STEP_NS
             speeds = bandwidth.conn_gbps[epoch]
+        pairs = comm.pairs if op == "alltoall" else None
+        if pairs is not None:
+            # All pairs at once: each carries 1/size of a member's buffer, at its own rate;
+            # a member's sending takes as long as its slowest pair (`Comm.pairs`).
+            paired = self.effects.pair_bandwidth[comm.id]
+            rates = paired.conn_gbps[paired.epoch(start)]
+            pair_bits = bits / (size - 1)
+            sending = [0.0] * size
+            for conn, gbps in zip(pairs, rates, strict=True):
+                sending[conn.src] = max(sending[conn.src], pair_bits / gbps)
+            bits, slowest = pair_bits, pair_bits / max(sending)
+            speeds = tuple(bits / t if t else NVLINK_GBPS for t in sending)
         transfer = int(steps * step_ns + bits / slowest * math.exp(rng.gauss(0, TRANSFER_SIGMA)))
         done = start + transfer
         members = comm.members

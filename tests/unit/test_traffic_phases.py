@@ -193,3 +193,69 @@ def test_link_utilisation_is_taken_in_the_busiest_phase() -> None:
     together = link_utilization(fabric, result, demand)
     assert apart["node-000/mlx5_0:1"] == pytest.approx(1.0)
     assert together["node-000/mlx5_0:1"] == pytest.approx(2.0)
+
+
+def test_the_simulator_runs_an_expert_group_s_all_to_all_as_the_planner_s_pairs() -> None:
+    fabric, jobs = moe_cluster(4)
+    job = jobs[0]
+    flows = job_flows(fabric, [job_message(job, T0)]).flows
+    planned = {flow.id: flow.gbps for flow in flows if flow.phase == "ep"}
+    pairs = {
+        f"{job.spec.id}/{comm.id}/{conn.src}->{conn.dst}": conn
+        for comm in job.comms
+        if comm.kind == "ep"
+        for conn in comm.pairs or ()
+    }
+    assert set(pairs) == set(planned)  # n (n-1) per group, the planner's ids
+    # Each pair asks for its share of its ports, as the planner's demand says (a fabric
+    # link's fair share is more: 8 spines for the few pairs between two leaves).
+    assert [pairs[flow].gbps for flow in planned] == pytest.approx(list(planned.values()))
+    for comm in job.comms:
+        if comm.kind == "ep":
+            assert comm.pairs is not None
+            by_ends = {(conn.src, conn.dst): conn for conn in comm.pairs}
+            for conn in comm.network():  # a ring hop is the pair of the same two members
+                assert (conn.via, conn.links, conn.sport) == (
+                    by_ends[(conn.src, conn.dst)].via,
+                    by_ends[(conn.src, conn.dst)].links,
+                    by_ends[(conn.src, conn.dst)].sport,
+                )
+        else:
+            assert comm.pairs is None
+
+
+def test_an_expert_group_of_two_is_its_ring() -> None:
+    _, jobs = moe_cluster(2)
+    assert all(comm.pairs is None for comm in jobs[0].comms)
+
+
+def test_a_plan_routes_every_pair_of_the_all_to_all() -> None:
+    fabric, jobs = moe_cluster(4)
+    flows = Flows(
+        v=1, kind="flows", flows=job_flows(fabric, [job_message(j, T0) for j in jobs]).flows
+    )
+    spines = {path.flow: path.via for path in plan(fabric, flows).paths if path.via}
+    scenario = scenario_from(
+        {
+            "name": "moe",
+            "seed": 1,
+            "duration_s": 5,
+            "fabric": {"nodes_per_leaf": 2, "spines": 8},
+            "jobs": [
+                {
+                    "id": "moe",
+                    "ranks": 8 * 2 * 8,
+                    "parallel": {"tp": 8, "pp": 2, "ep": 4, "microbatches": 4},
+                }
+            ],
+        }
+    )
+    routed = build_cluster(None, scenario, {k: v for k, v in spines.items() if v is not None})
+    job = routed.jobs[0]
+    crossing = [
+        (f"{job.spec.id}/{comm.id}/{conn.src}->{conn.dst}", conn.via)
+        for comm in job.comms
+        for conn in comm.pairs or ()
+        if conn.links
+    ]
+    assert crossing and all(spines[flow] == via for flow, via in crossing)
