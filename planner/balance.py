@@ -7,8 +7,9 @@ by flow, changed in place, because copying 10k-entry lists per move would domina
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from operator import truediv
+from typing import Any
 
 from planner.problem import Problem
 
@@ -132,6 +133,61 @@ def repair(
     """
     repairer = _Repair(state, flows, movable, chain)
     return repairer.run(target, max_moves if max_moves is not None else 20 * len(flows) + 100)
+
+
+def repair_over(
+    state: Assignment,
+    on: Mapping[int, Collection[int]],
+    target: float,
+    max_moves: int,
+    chain: int = 2,
+) -> set[int]:
+    """`repair` of every flow of ``on`` (directed fabric link -> the flows crossing it, as
+    the state has them; left as it is), each movable; returns the flows it moved.
+
+    The same moves as ``repair(state, flows, target, None, max_moves, chain)`` with every
+    flow in ``flows``, without a pass over them: only the links above ``target`` are looked
+    at first, and a link's flows are copied when a move changes them.
+    """
+    repairer = _Repair(state, (), None, chain)
+    lazy = _CopiedOnUse(on)
+    repairer.on, repairer.movable = lazy, _Everyone()
+    load, cap, limit = state.load, state.cap, target + TOLERANCE
+    repairer.heap = [(-load[x] / cap[x], x) for x in on if load[x] / cap[x] > limit]
+    heapq.heapify(repairer.heap)
+    spine, before = state.spine, list(state.spine)
+    repairer.run(target, max_moves)
+    # A moved flow joined a link's flows, so it is in a copy.
+    return {f for flows in lazy.values() for f in flows if spine[f] != before[f]}
+
+
+class _Everyone(set[int]):
+    """Every flow is movable."""
+
+    def __contains__(self, f: object) -> bool:
+        return True
+
+
+class _CopiedOnUse(dict[int, set[int]]):
+    """A link's flows from ``base``, copied into this dict the first time they are asked for
+    to be changed; reads see the copy once there is one, else the base."""
+
+    def __init__(self, base: Mapping[int, Collection[int]]) -> None:
+        super().__init__()
+        self.base = base
+
+    def __missing__(self, key: int) -> set[int]:
+        value = set(self.base.get(key, ()))
+        self[key] = value
+        return value
+
+    def get(self, key: int, default: Any = None) -> Any:
+        if key in self:
+            return self[key]
+        return self.base.get(key, default)
+
+    def setdefault(self, key: int, default: Any = None) -> Any:
+        return self[key]
 
 
 class _Repair:

@@ -12,9 +12,10 @@ No plan does better than any of these, so a plan that meets the largest is optim
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from planner.problem import Problem
+from topology.model import Fabric
 
 
 def problem_bound(problem: Problem, cables: bool = True) -> float:
@@ -60,10 +61,33 @@ def problem_bound(problem: Problem, cables: bool = True) -> float:
             entry[1][id(spines)] = spines
     for table, direction in ((out, 0), (into, 1)):
         for leaf, (demands, groups) in table.items():
-            usable = set().union(*groups.values())
-            caps = [cap[2 * uplinks[leaf][s] + direction] for s in usable]
-            best = max(best, sum(demands) / sum(caps), _pigeonhole(demands, len(caps)) / max(caps))
+            best = max(best, _leaf_term(fabric, leaf, direction, demands, groups.values())[0])
     return best
+
+
+def leaf_bound(
+    problem: Problem, leaf: int, direction: int, flows: Sequence[int]
+) -> tuple[float, frozenset[int]]:
+    """One leaf's part of `problem_bound` (``direction`` 0: its uplinks, 1: its downlinks)
+    from its inter-leaf flows leaving (arriving at) it, in flow order; and the spines they
+    may use."""
+    demands = [problem.gbps[f] for f in flows]
+    groups = {id(problem.cands[f]): problem.cands[f] for f in flows}
+    return _leaf_term(problem.fabric, leaf, direction, demands, groups.values())
+
+
+def _leaf_term(
+    fabric: Fabric,
+    leaf: int,
+    direction: int,
+    demands: list[float],
+    groups: Iterable[tuple[int, ...]],
+) -> tuple[float, frozenset[int]]:
+    usable = frozenset().union(*groups)
+    cap, uplinks = fabric.directed_gbps, fabric.uplinks
+    caps = [cap[2 * uplinks[leaf][s] + direction] for s in usable]
+    term = max(sum(demands) / sum(caps), _pigeonhole(demands, len(caps)) / max(caps))
+    return term, usable
 
 
 def _pigeonhole(demands: Iterable[float], bins: int) -> float:

@@ -74,10 +74,17 @@ def _kept(
 
 def lower_bound(fabric: Fabric, flows: Flows, down: Iterable[str] = ()) -> float:
     """No plan of these flows has a smaller ``max_util`` (see `bound`); per phase, the largest."""
+    return max(phase_bounds(fabric, flows, down).values(), default=0.0)
+
+
+def phase_bounds(fabric: Fabric, flows: Flows, down: Iterable[str] = ()) -> dict[str | None, float]:
+    """Each phase's lower bound (None: the unnamed phase, a file without phases)."""
     parts = split(flows)
     if parts is None:
-        return problem_bound(build_problem(fabric, flows, down))
-    return max(problem_bound(build_problem(fabric, part, down)) for part in parts.values())
+        return {None: problem_bound(build_problem(fabric, flows, down))}
+    return {
+        phase: problem_bound(build_problem(fabric, part, down)) for phase, part in parts.items()
+    }
 
 
 def replan(

@@ -30,11 +30,11 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planner import PlannerError
-from planner.choice import ReplanMode, Strategy, replan_choice
-from planner.core import RoutedPath, lower_bound, plan
+from planner.choice import ReplanMode, Strategy, misses, replan_choice
+from planner.core import RoutedPath, phase_bounds, plan
 from schemas.files import Flow, Flows, Plan, PlanPath
 from schemas.messages import Diagnosis, Job, Route, RoutePath
 from topology import TopologyError
@@ -84,6 +84,11 @@ class Reroute:
     after_max_util: float
     bound: float
     routes: tuple[Route, ...]
+    # Per named phase, its lower bound, and where the new plan is above it by how much
+    # (max_util over bound, minus 1): what the replan misses of the per-phase objective.
+    phase_bounds: Mapping[str, float] = field(default_factory=dict)
+    misses: Mapping[str, float] = field(default_factory=dict)
+    extra_moves: int = 0  # flows moved that the failure did not force (`choice`)
 
 
 def job_flows(fabric: Fabric, jobs: Iterable[Job]) -> JobFlows:
@@ -207,17 +212,24 @@ def reroute(
     flows = Flows(v=1, kind="flows", flows=tuple(routable), down=())
     new_id = plan_id(current.id if current else None, diagnosis.id, diagnosis.state, ordered)
     strategy: Strategy = "full"
+    extra = 0
     try:
         if current is None:
             result = plan(fabric, flows, ordered, hash_model)
             moved = tuple(path.flow for path in result.paths)
-            bound = lower_bound(fabric, flows, ordered)
+            bounds = phase_bounds(fabric, flows, ordered)
+            utils: dict[str | None, float] = {None: result.max_util}
+            if result.phases:
+                utils = {phase: util for phase, util in result.phases.items()}
         else:
             chosen = replan_choice(fabric, current.plan, flows, ordered, hash_model, mode)
             result, strategy, moved = chosen.plan, chosen.strategy, chosen.moved
-            bound = chosen.bound
+            bounds, utils = dict(chosen.bounds), dict(chosen.utils)
+            extra = chosen.extra_moves
     except TopologyError as error:
         raise RerouteError(str(error)) from error
+    named = {phase: bound for phase, bound in bounds.items() if phase is not None}
+    missed = {phase: by for phase, by in misses(utils, bounds).items() if phase is not None}
     changed = _changed(current.plan if current else None, result)
     routes = route_messages(result, {f.id: f for f in routable}, changed, new_id, ts_ns)
     return Reroute(
@@ -230,8 +242,11 @@ def reroute(
         failed_over=tuple(failed_over),
         before_max_util=current.plan.max_util if current is not None else None,
         after_max_util=result.max_util,
-        bound=bound,
+        bound=max(bounds.values(), default=0.0),
         routes=routes,
+        phase_bounds=named,
+        misses=missed,
+        extra_moves=extra,
     )
 
 

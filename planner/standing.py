@@ -22,9 +22,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from operator import truediv
 
-from planner.balance import Assignment, least_loaded, repair
+from planner.balance import TOLERANCE, Assignment, least_loaded, repair, repair_over
+from planner.bound import leaf_bound, problem_bound
 from planner.paths import PathMaker
 from planner.problem import Problem
 from schemas.files import Flow, Flows, Plan, PlanPath
@@ -44,12 +46,19 @@ class PhaseState:
     spine: Sequence[int]
     load: Sequence[float]  # every link's load summed in flow order (see the module doc)
     util: float  # the largest of load / capacity
+    cable_util: float  # the largest over the cables (what no plan changes)
     paths: Sequence[PlanPath]  # per flow of the phase
     positions: Sequence[int]  # per flow of the phase, its place in the flows file
     on_link: Index  # directed fabric link -> flows crossing it
     on_src: Index  # port -> flows leaving it
     on_dst: Index  # port -> flows arriving at it
     on_leaf: Index  # leaf -> inter-leaf flows leaving or arriving at it
+    # Per (leaf, 0 up / 1 down): its part of the lower bound and the spines its flows may
+    # use (`bound.problem_bound`); None where fabric links differ in speed (bound in full).
+    terms: Terms | None
+
+
+Terms = dict[tuple[int, int], tuple[float, frozenset[int]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +81,11 @@ class FastReplan:
     plan: Plan
     problems: dict[str | None, Problem]
     utils: dict[str | None, float]  # each phase's max_util
+    incremental: dict[str | None, float]  # each phase's, with only the forced flows moved
     moved: tuple[str, ...]  # flows whose links changed, in plan order
+    forced: tuple[str, ...]  # of those, the ones the failure moved (see `choice`)
+    bounds: dict[str | None, float]  # each phase's lower bound, when widening was asked for
+    widened: bool  # flows the failure did not move moved too
     state: PlanState
 
 
@@ -146,18 +159,71 @@ def phase_state(
             load[dn] += g
             on_link.setdefault(up, set()).add(f)
             on_link.setdefault(dn, set()).add(f)
+    leaves = _frozen(on_leaf)
+    cable_util = _cable_max(fabric, load)
     return PhaseState(
         problem,
         tuple(spine),
         load,
-        max(map(truediv, load, cap), default=0.0),
+        max(cable_util, _fabric_max(fabric, load)),
+        cable_util,
         tuple(paths),
         tuple(positions),
         _frozen(on_link),
         _frozen(on_src),
         _frozen(on_dst),
-        _frozen(on_leaf),
+        leaves,
+        _terms(problem, leaves, leaves) if _uniform(fabric) else None,
     )
+
+
+def _uniform(fabric: Fabric) -> bool:
+    """Whether every fabric link has one speed: then a leaf's terms are the bound's all."""
+    return len(set(fabric.link_gbps[len(fabric.port_ids) :])) <= 1
+
+
+def _terms(problem: Problem, on_leaf: Index, leaves: Iterable[int]) -> Terms:
+    """The bound's terms of these leaves, each from its flows in flow order."""
+    found: Terms = {}
+    src_leaf, dst_leaf = problem.src_leaf, problem.dst_leaf
+    for leaf in leaves:
+        flows = sorted(on_leaf.get(leaf, ()))
+        for direction, ends in ((0, src_leaf), (1, dst_leaf)):
+            mine = [f for f in flows if ends[f] == leaf]
+            if mine:
+                found[(leaf, direction)] = leaf_bound(problem, leaf, direction, mine)
+    return found
+
+
+def phase_bound(phase: PhaseState) -> float:
+    """The phase's lower bound, as `bound.problem_bound` finds it, from the kept terms."""
+    return _bound(phase.problem, phase.cable_util, phase.terms)
+
+
+def _cable_max(fabric: Fabric, load: Sequence[float]) -> float:
+    """The largest utilisation over the cables (the first directed links)."""
+    end = 2 * len(fabric.port_ids)
+    return max(map(truediv, islice(load, end), fabric.directed_gbps[:end]), default=0.0)
+
+
+def _fabric_max(fabric: Fabric, load: Sequence[float]) -> float:
+    """The largest utilisation over the fabric links: with `_cable_max`, `max_util` in parts."""
+    start = 2 * len(fabric.port_ids)
+    return max(map(truediv, islice(load, start, None), fabric.directed_gbps[start:]), default=0.0)
+
+
+def _still_usable(
+    problem: Problem, flows: Iterable[int], leaf: int, direction: int, usable: frozenset[int]
+) -> bool:
+    """Whether this leaf's flows (one direction) may still use every spine they could."""
+    ends = problem.dst_leaf if direction else problem.src_leaf
+    seen: set[int] = set()
+    for f in flows:
+        if ends[f] == leaf:
+            seen.update(problem.cands[f])
+            if len(seen) == len(usable):  # new choices are among the old: the same
+                return True
+    return False
 
 
 def _frozen(index: dict[int, set[int]]) -> Index:
@@ -194,9 +260,13 @@ def replan_fast(
     flows: Flows,
     down: Iterable[str],
     hash_model: SwitchHash | None,
+    widen: tuple[int, int] | None = None,
 ) -> FastReplan | None:
     """`core.replan` from the previous plan's standing state; None when the full replan must
-    run (no state kept, or a change it does not cover: see the module doc)."""
+    run (no state kept, or a change it does not cover: see the module doc). With ``widen``,
+    `choice`'s incremental replan: each phase's bound found, and a phase the moved flows
+    alone leave above it repaired with up to ``widen[0]`` steps of chains of up to
+    ``widen[1]`` flows, any flow of the phase movable."""
     state = recall(previous)
     if state is None or state.fabric is not fabric or state.hash_model is not hash_model:
         return None
@@ -222,20 +292,29 @@ def replan_fast(
     phases = dict(state.phases)
     problems: dict[str | None, Problem] = {}
     utils: dict[str | None, float] = {}
+    first: dict[str | None, float] = {}
+    bounds: dict[str | None, float] = {}
     paths = list(previous.paths)
     moved: list[int] = []
+    forced: list[int] = []
+    widened = False
     for phase, before in state.phases.items():
         mine = changed.get(phase, {})
         outcome = _phase(
-            before, mine, added, touched, every_touched, links_down, hash_model, cables
+            before, mine, added, touched, every_touched, links_down, hash_model, cables, widen
         )
         if outcome is None:
             return None
-        after, util, changes = outcome
+        after = outcome.phase
         phases[phase] = after
         problems[phase] = after.problem
-        utils[phase] = util
-        for f in changes:
+        utils[phase] = outcome.util
+        first[phase] = outcome.first
+        if outcome.bound is not None:
+            bounds[phase] = outcome.bound
+        widened = widened or outcome.widened
+        forced += [after.positions[f] for f in outcome.forced]
+        for f in outcome.rebuilt:
             k = after.positions[f]
             if paths[k].links != after.paths[f].links:
                 moved.append(k)
@@ -252,8 +331,18 @@ def replan_fast(
     after_state = PlanState(fabric, result, items, links_down, hash_model, phases, state.local)
     remember(after_state)
     moved.sort()
-    flows_moved = tuple(paths[k].flow for k in moved)
-    return FastReplan(result, problems, utils, flows_moved, after_state)
+    forced.sort()
+    return FastReplan(
+        result,
+        problems,
+        utils,
+        first,
+        tuple(paths[k].flow for k in moved),
+        tuple(paths[k].flow for k in forced),
+        bounds,
+        widened,
+        after_state,
+    )
 
 
 def _phase(
@@ -265,9 +354,11 @@ def _phase(
     links_down: frozenset[int],
     hash_model: SwitchHash | None,
     cables: int,
-) -> tuple[PhaseState, float, list[int]] | None:
-    """One phase replanned: its new state, its max_util, the flows whose path was rebuilt.
-    None: the full replan must run."""
+    widen: tuple[int, int] | None,
+) -> _Outcome | None:
+    """One phase replanned (see `_Outcome`); None: the full replan must run. With ``widen``
+    (repair steps, chain length) the phase's bound is found, and when the moved flows alone
+    cannot reach it, others may move too (`choice`)."""
     p = before.problem
     fabric = p.fabric
     movable = set(changed)
@@ -285,7 +376,8 @@ def _phase(
     for leaf in touched:
         leafy.update(before.on_leaf.get(leaf, ()))
     if not movable and not leafy:
-        return before, before.util, []
+        bound = phase_bound(before) if widen is not None else None
+        return _Outcome(before, before.util, before.util, [], [], bound, widened=False)
     index = fabric.port_index
     src, dst = list(p.src), list(p.dst)
     src_leaf, dst_leaf = list(p.src_leaf), list(p.dst_leaf)
@@ -345,30 +437,56 @@ def _phase(
     _resum(load, stale, on_link.done(), on_src.done(), on_dst.done(), spine, gbps, cables)
     assignment = Assignment.of(problem, load, spine)
     order = sorted(movable)
-    target = assignment.max_util()
+    # max_util in two parts: the cables change only under failed-over flows.
+    cable_util = _cable_max(fabric, load) if changed else before.cable_util
+    target = max(cable_util, _fabric_max(fabric, load))
     least_loaded(assignment, order)
     repair(assignment, order, target)
-    util = assignment.max_util()
+    util = max(cable_util, _fabric_max(fabric, load))
+    for f in order:
+        at = spine[f]
+        if at >= 0:
+            on_link.add(2 * uplinks[src_leaf[f]][at], f)
+            on_link.add(2 * uplinks[dst_leaf[f]][at] + 1, f)
+    leaves = on_leaf.done()
+    terms = _derived_terms(before, problem, leaves, touched, leafy, changed)
+    forced = [f for f in order if f in changed or spine[f] != before.spine[f]]
+    bound = _bound(problem, cable_util, terms) if widen is not None else None
+    more: set[int] = set()
+    first = util
+    if widen is not None and bound is not None and forced and util > bound + TOLERANCE:
+        # Some flows that stay would have to move for the phase to reach its bound: a few
+        # may (`choice`), from the same loads as the full replan's.
+        kept_spine, kept_load = list(spine), list(load)
+        more = repair_over(assignment, on_link.done(), bound, widen[0], widen[1])
+        widened = max(cable_util, _fabric_max(fabric, load))
+        if widened < util - TOLERANCE:
+            util = widened
+            for f in more:
+                was, at = kept_spine[f], spine[f]
+                on_link.drop(2 * uplinks[src_leaf[f]][was], f)
+                on_link.drop(2 * uplinks[dst_leaf[f]][was] + 1, f)
+                on_link.add(2 * uplinks[src_leaf[f]][at], f)
+                on_link.add(2 * uplinks[dst_leaf[f]][at] + 1, f)
+        else:
+            more = set()
+            spine[:], load[:] = kept_spine, kept_load
     maker = PathMaker(problem, hash_model)
     paths = list(before.paths)
+    placed = sorted(movable | more)
     rebuilt = []
-    for f in order:
+    for f in placed:
         paths[f] = maker.make(f, spine[f])
         rebuilt.append(f)
     if hash_model is not None:
-        for f in sorted(leafy - movable):
+        for f in sorted(leafy - movable - more):
             if not maker.keeps(f, spine[f], paths[f]):
                 paths[f] = maker.make(f, spine[f])
                 rebuilt.append(f)
     # The new state's loads in flow order again: a moved flow changed only links of its
     # own two leaves (up from its source leaf, down to its destination leaf).
     resum: set[int] = set()
-    for f in order:
-        at = spine[f]
-        if at >= 0:
-            up, dn = 2 * uplinks[src_leaf[f]][at], 2 * uplinks[dst_leaf[f]][at] + 1
-            on_link.add(up, f)
-            on_link.add(dn, f)
+    for f in placed:
         if cands[f]:
             resum.update(2 * x for x in uplinks[src_leaf[f]].values())
             resum.update(2 * x + 1 for x in uplinks[dst_leaf[f]].values())
@@ -378,15 +496,72 @@ def _phase(
         problem,
         tuple(spine),
         load,
-        max(map(truediv, load, fabric.directed_gbps), default=0.0),
+        max(cable_util, _fabric_max(fabric, load)),
+        cable_util,
         tuple(paths),
         before.positions,
         links,
         on_src.done(),
         on_dst.done(),
-        on_leaf.done(),
+        leaves,
+        terms,
     )
-    return after, util, rebuilt
+    return _Outcome(after, util, first, rebuilt, forced, bound, widened=bool(more))
+
+
+def _derived_terms(
+    before: PhaseState,
+    problem: Problem,
+    on_leaf: Index,
+    touched: set[int],
+    leafy: set[int],
+    changed: dict[int, Flow],
+) -> Terms | None:
+    """The bound's terms after the failure: leaves with a down uplink or a failed-over flow
+    summed again; a leaf at the other end of a flow whose spines shrank only if its flows
+    lost a spine they all could use."""
+    if before.terms is None:
+        return None
+    terms = dict(before.terms)
+    old = before.problem
+    again = set(touched)
+    for f in changed:
+        again.update((old.src_leaf[f], old.dst_leaf[f], problem.src_leaf[f], problem.dst_leaf[f]))
+    for key in [key for key in terms if key[0] in again]:
+        del terms[key]
+    terms.update(_terms(problem, on_leaf, again))
+    check = {(problem.src_leaf[f], 0) for f in leafy} | {(problem.dst_leaf[f], 1) for f in leafy}
+    for leaf, direction in check:
+        known = terms.get((leaf, direction))
+        if leaf in again or known is None:
+            continue
+        flows = on_leaf.get(leaf, frozenset())
+        if not _still_usable(problem, flows, leaf, direction, known[1]):
+            mine = sorted(
+                f for f in flows if (problem.dst_leaf if direction else problem.src_leaf)[f] == leaf
+            )
+            terms[(leaf, direction)] = leaf_bound(problem, leaf, direction, mine)
+    return terms
+
+
+def _bound(problem: Problem, cable_util: float, terms: Terms | None) -> float:
+    """The phase's lower bound (`phase_bound`) from its cables' utilisation and terms."""
+    if terms is None:
+        return problem_bound(problem)
+    return max(cable_util, max((term for term, _ in terms.values()), default=0.0))
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """One phase replanned."""
+
+    phase: PhaseState
+    util: float  # its max_util
+    first: float  # its max_util with only the flows the failure moved moved
+    rebuilt: list[int]  # flows whose path was made anew
+    forced: list[int]  # flows the failure moved (on a down link, or failed over)
+    bound: float | None  # its lower bound, when asked for
+    widened: bool  # other flows moved too
 
 
 def _cands(

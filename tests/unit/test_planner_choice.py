@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner import moved_flows, plan, replan, replan_choice
+from planner.choice import WIDE_CHAIN, WIDEN_STEPS
 from planner.eval.traffic import workload
 from schemas.files import Flows, Plan
 from tests.unit.planner_cases import check_plan, instances, make_fabric
@@ -31,15 +32,33 @@ def tight() -> tuple[Fabric, Flows, Plan, str]:
     return fabric, flows, before, busiest_link(before)
 
 
-def test_default_is_the_incremental_replan(tight: tuple[Fabric, Flows, Plan, str]) -> None:
+def test_default_moves_a_few_more_flows_when_the_forced_moves_miss_the_bound(
+    tight: tuple[Fabric, Flows, Plan, str],
+) -> None:
     fabric, flows, before, failed = tight
     chosen = replan_choice(fabric, before, flows, [failed])
-    plain = replan(fabric, before, flows, [failed])
+    plain = replan(fabric, before, flows, [failed])  # only the flows on the link move
     crossing = {path.flow for path in before.paths if failed in path.links}
+    assert set(moved_flows(before, plain)) == crossing
+    assert chosen.incremental_max_util == plain.max_util == pytest.approx(1.5)
+    check_plan(fabric, flows, chosen.plan, [failed])
+    assert chosen.strategy == "widened"
+    assert chosen.plan.max_util == pytest.approx(chosen.bound) == pytest.approx(1.0)
+    assert set(chosen.forced) == crossing < set(chosen.moved)
+    assert 0 < chosen.extra_moves <= WIDEN_STEPS * WIDE_CHAIN
+    assert chosen.misses() == {}
+
+
+def test_what_the_replan_misses_of_the_bound_it_says(
+    tight: tuple[Fabric, Flows, Plan, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("planner.choice.WIDEN_STEPS", 0)  # the forced moves alone
+    fabric, flows, before, failed = tight
+    chosen = replan_choice(fabric, before, flows, [failed])
     assert chosen.strategy == "incremental"
-    assert chosen.plan.paths == plain.paths and chosen.plan.max_util == plain.max_util
-    assert set(chosen.moved) == set(chosen.forced) == crossing
     assert chosen.extra_moves == 0
+    assert chosen.utils == {None: chosen.plan.max_util} and chosen.bounds == {None: chosen.bound}
+    assert chosen.misses() == {None: pytest.approx(0.5)}  # 1.5 against 1.0
 
 
 def test_best_reaches_the_bound_with_a_few_more_moves(

@@ -50,19 +50,23 @@ def test_replan_from_the_standing_state_is_the_full_replan(
 
 
 @pytest.mark.parametrize("mode", ["incremental", "best"])
-@pytest.mark.parametrize("mix", ["3d", "moe"])
+@pytest.mark.parametrize("failure", ["link", "port", "spine"])
+@pytest.mark.parametrize("mix", ["dp", "3d", "moe"])
 def test_replan_choice_from_the_standing_state_is_the_full_one(
-    fabric: Fabric, mix: Mix, mode: ReplanMode
+    fabric: Fabric, mix: Mix, failure: Failure, mode: ReplanMode
 ) -> None:
+    """Bounds, misses and the few more moves of a phase left above its bound included."""
     healthy = training_matrix(fabric, mix, 4, seed=NODES)
-    after = fail(fabric, healthy, "link", seed=NODES).flows
+    after = fail(fabric, healthy, failure, seed=NODES).flows
     before = plan(fabric, healthy.flows)
     fast = replan_choice(fabric, before, after, mode=mode)
+    assert standing.recall(fast.plan) is not None  # made from the standing state
     standing.forget()
     slow = replan_choice(fabric, before, after, mode=mode)
     same_plan(fast.plan, slow.plan)
     assert (fast.strategy, fast.moved, fast.forced) == (slow.strategy, slow.moved, slow.forced)
-    assert fast.bound == slow.bound
+    assert (fast.bound, fast.incremental_max_util) == (slow.bound, slow.incremental_max_util)
+    assert (fast.utils, fast.bounds) == (slow.utils, slow.bounds)
 
 
 def busiest(result: Plan, avoid: set[str]) -> str:

@@ -331,3 +331,14 @@ def test_a_flow_failed_over_into_one_leaf_is_planned_there_not_a_crash() -> None
     leaf = diagnosis([("switch", "leaf-0a")], ident="d-3")
     third = reroute(small, [ring], first.current, leaf, TS)
     assert third.stranded == () and len(third.current.plan.paths) == 2
+
+
+def test_the_reroute_says_each_phase_s_bound_and_what_it_misses_of_it(fabric: Fabric) -> None:
+    current = plan_in_force(fabric)
+    # Every spine of leaf-0a's plane but one down: its ring hops share one uplink, and the
+    # data-parallel phase (one ring per job) is still at its bound, now 2.
+    spines = [f"leaf-0a~spine-a-{s}" for s in range(1, 4)]
+    result = reroute(fabric, JOBS, current, diagnosis([("link", s) for s in spines]), TS + 5)
+    assert result.phase_bounds == {"dp": pytest.approx(2.0)} and result.bound == 2.0
+    assert (result.current.plan.phases or {})["dp"] == result.after_max_util == result.bound
+    assert result.misses == {} and result.extra_moves == 0

@@ -206,8 +206,12 @@ class RerouteExecutor(Executor):
             before_max_util=result.before_max_util,
             after_max_util=result.after_max_util,
             bound=result.bound,
-            # Per phase of the running jobs' traffic, the new plan's max_util.
+            # Per phase of the running jobs' traffic, the new plan's max_util, its bound,
+            # and where it is above the bound, by how much (0.25: 25% above).
             phases=dict(new.plan.phases or {}),
+            phase_bounds=dict(result.phase_bounds),
+            misses={phase: round(miss, 4) for phase, miss in result.misses.items()},
+            extra_moves=result.extra_moves,
             failed_over=len(result.failed_over),
             stranded=list(result.stranded),
             skipped_hops=len(result.skipped),
