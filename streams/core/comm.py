@@ -31,6 +31,7 @@ NOT_YET = -1
 # A compute window holds at least this many of its group's operations (or sync_every_ns).
 SYNC_PERIODS = 4
 CONN_SAMPLES = 64  # connection samples kept per rank (all peers)
+CONN_LOG_KEPT = 1024  # connection reports a group remembers the rank of, beyond its size
 
 
 @dataclass(slots=True)
@@ -130,11 +131,22 @@ class CommTracker:
     # computed from a rank's samples holds until its count moves.
     conn_version: int = 0
     conn_reports: dict[int, int] = field(default_factory=dict)
+    # The rank of each such report, in order (report ``conn_log_from + 1`` first): which
+    # ranks reported since a reader last looked, without reading every rank. Bounded: a
+    # reader further behind than what is kept reads them all.
+    conn_log: list[int] = field(default_factory=list)
+    conn_log_from: int = 0
     # rank -> peer -> throughputs (bytes/ns) of its kept samples that moved data, sorted:
     # a connection's own past as a quantile without sorting every sample at each vote.
     conn_sorted: dict[int, dict[int, list[float]]] = field(default_factory=dict)
     # Moves when a member's rank, node, GPU or port changes: what was read of the places holds.
     place_version: int = 0
+    # The latest report of any member; per node its members reported (their own ``node``),
+    # the latest of theirs; the members heard from that never said their node. Kept as the
+    # reports come, so that liveness is read per node at each check, not per member.
+    latest_seen_ns: int = NOT_YET
+    seen_by_node: dict[str, int] = field(default_factory=dict)
+    nodeless: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.members = [Member() for _ in range(self.size)]
@@ -148,12 +160,25 @@ class CommTracker:
         member = self.members[rank]
         if message.ts_ns > member.last_seen_ns:
             member.last_seen_ns = message.ts_ns
+            if message.ts_ns > self.latest_seen_ns:
+                self.latest_seen_ns = message.ts_ns
         if member.global_rank != message.global_rank:
             member.global_rank = message.global_rank
             self.place_version += 1
-        if message.node is not None and member.node != message.node:
-            member.node = message.node
+        node = message.node
+        if node is not None and member.node != node:
+            moved = member.node is not None
+            member.node = node
             self.place_version += 1
+            if moved:
+                self._rebuild_seen()  # its old node holds its reports no more
+            else:
+                self.nodeless.discard(rank)
+        placed = member.node
+        if placed is None:
+            self.nodeless.add(rank)
+        elif member.last_seen_ns > self.seen_by_node.get(placed, NOT_YET):
+            self.seen_by_node[placed] = member.last_seen_ns
         if message.gpu is not None and member.gpu != message.gpu:
             member.gpu = message.gpu
             self.place_version += 1
@@ -212,6 +237,12 @@ class CommTracker:
         if message.conns is not None:
             self.conn_version += 1
             self.conn_reports[rank] = self.conn_reports.get(rank, 0) + 1
+            log = self.conn_log
+            log.append(rank)
+            if len(log) > CONN_LOG_KEPT + 2 * self.size:
+                dropped = len(log) - self.size - CONN_LOG_KEPT // 2
+                del log[:dropped]
+                self.conn_log_from += dropped
             samples = self.conns.setdefault(rank, deque(maxlen=CONN_SAMPLES))
             ordered = self.conn_sorted.setdefault(rank, {})
             conns = message.conns
@@ -226,6 +257,23 @@ class CommTracker:
                 if member.port is None:
                     member.port = port
                     self.place_version += 1
+
+    def _rebuild_seen(self) -> None:
+        """Each node's latest report and the members without a node, from the members."""
+        self.seen_by_node = {}
+        self.nodeless = set()
+        latest = NOT_YET
+        for index, member in enumerate(self.members):
+            seen = member.last_seen_ns
+            if seen > latest:
+                latest = seen
+            if seen < 0:
+                continue
+            if member.node is None:
+                self.nodeless.add(index)
+            elif seen > self.seen_by_node.get(member.node, NOT_YET):
+                self.seen_by_node[member.node] = seen
+        self.latest_seen_ns = latest
 
     def _infer_earlier(
         self, rank: int, seqs: tuple[int, ...], ends: tuple[int | None, ...], ts_ns: int
@@ -471,6 +519,7 @@ class CommTracker:
         ):
             member.global_rank, member.node, member.gpu = global_rank, node, gpu
             member.port, member.last_seen_ns = port, seen
+        tracker._rebuild_seen()
         for seq, op, nbytes, enter, end, first_seen, all_entered, *rest in state["pending"]:
             entered = sum(1 for t in enter if t != NOT_YET)
             ended = sum(1 for t in end if t != NOT_YET)
@@ -505,6 +554,13 @@ class CommTracker:
             tracker.sync_every_ns, tracker.last_sync_ns = int(every), last
             tracker.syncs = [(int(q), [int(e) for e in ends]) for q, ends in syncs]
         return tracker
+
+    def conn_ranks_since(self, version: int) -> set[int] | None:
+        """The ranks that reported connections after ``conn_version`` was ``version``;
+        None when that is further back than the tracker remembers."""
+        if version < self.conn_log_from or version > self.conn_version:
+            return None
+        return set(self.conn_log[version - self.conn_log_from :])
 
     def conn_history(self) -> list[ConnSample]:
         """Every connection sample kept, of every rank."""

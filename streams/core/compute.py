@@ -98,6 +98,11 @@ class _Window:
     starts: list[int]
     ends: list[int]
     times: dict[int, SliceTime] = field(default_factory=dict)  # member index -> time
+    # Member indexes not timed yet, in order: each check reads only those.
+    waiting: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.waiting = list(range(len(self.members)))
 
 
 class ComputeTracker:
@@ -111,6 +116,12 @@ class ComputeTracker:
         self.windows: list[_Window] = []
         # rank -> recent (end, ratio, excess), ratio None when the window was not judged
         self.verdicts: dict[int, deque[tuple[int, float | None, float]]] = {}
+        # Moves whenever a verdict is added: ``slow_ranks`` holds until then (read at
+        # every check, for every rank of the job; verdicts come once a window).
+        self._verdicts_version = 0
+        self._slow: dict[tuple[int, int, float], tuple[int, list[SlowRank]]] = {}
+        # Some rank holds PRUNE_AT operations or all-to-alls or more: a prune is due.
+        self._piled = False
 
     # --- input -----------------------------------------------------------------------
     def add(
@@ -165,6 +176,8 @@ class ComputeTracker:
             # Several communicators' reports interleave: sorted again when a window reads.
             rank.ops_ordered = False
             rank.longest_ns = longest
+            if len(kept) >= PRUNE_AT or len(rank.a2a) >= PRUNE_AT:
+                self._piled = True
         rank.last_seq[comm] = last
         if open_enter is not None:
             rank.in_flight[comm] = open_enter
@@ -223,12 +236,16 @@ class ComputeTracker:
         those lagging members left behind)."""
         done: list[_Window] = []
         for window in self.windows:
-            for i, member in enumerate(window.members):
-                if i in window.times:
-                    continue
-                rank = self.ranks.get(member)
+            if not window.waiting:
+                continue
+            still: list[int] = []
+            for i in window.waiting:
+                rank = self.ranks.get(window.members[i])
                 if rank is not None and min(rank.reported.values()) >= window.ends[i]:
                     window.times[i] = self._span(rank, window.starts[i], window.ends[i])
+                else:
+                    still.append(i)
+            window.waiting = still
         newer: dict[str, int] = {}
         for window in reversed(self.windows):
             complete = len(window.times) == len(window.members)
@@ -244,9 +261,7 @@ class ComputeTracker:
 
     def _prune(self) -> None:
         """Drop operations no open window (nor the next one) can still need."""
-        if not any(
-            len(rank.ops) >= PRUNE_AT or len(rank.a2a) >= PRUNE_AT for rank in self.ranks.values()
-        ):
+        if not self._piled:
             return  # nothing piled up: not worth finding what is needed
         needed: dict[int, int] = {}
         for window in self.windows:
@@ -264,6 +279,12 @@ class ComputeTracker:
                 rank.ops = [(a, b) for a, b in rank.ops if b > keep_from]
             if len(rank.a2a) >= PRUNE_AT:
                 rank.a2a = [(b, n) for b, n in rank.a2a if b > keep_from]
+        self._piled = self._any_piled()
+
+    def _any_piled(self) -> bool:
+        return any(
+            len(rank.ops) >= PRUNE_AT or len(rank.a2a) >= PRUNE_AT for rank in self.ranks.values()
+        )
 
     def _judge_window(self, window: _Window) -> None:
         times = window.times
@@ -277,6 +298,7 @@ class ComputeTracker:
         peers = medians_of_others([t.compute_ns - slope * t.a2a_bytes for _, t in judged])
         for (i, mine), others in zip(judged, peers, strict=False):  # alone: none judged
             rank = window.members[i]
+            self._verdicts_version += 1
             verdicts = self.verdicts.setdefault(rank, deque(maxlen=VERDICTS_KEPT))
             expected = others + slope * mine.a2a_bytes
             end = window.ends[i]
@@ -292,6 +314,15 @@ class ComputeTracker:
     def slow_ranks(self, window: int, least: int, threshold: float) -> list[SlowRank]:
         """Ranks whose median ratio over their last ``window`` judged windows is at least
         ``threshold`` (``least`` of them judged)."""
+        asked = (window, least, threshold)
+        known = self._slow.get(asked)
+        if known is not None and known[0] == self._verdicts_version:
+            return list(known[1])
+        found = self._slow_ranks(window, least, threshold)
+        self._slow[asked] = (self._verdicts_version, found)
+        return list(found)
+
+    def _slow_ranks(self, window: int, least: int, threshold: float) -> list[SlowRank]:
         found = []
         for rank, verdicts in self.verdicts.items():
             # The last ``window`` judged ones of those kept: windows of load are skipped.
@@ -356,12 +387,14 @@ class ComputeTracker:
         for comm, members, starts, ends, times in state["windows"]:
             window = _Window(str(comm), tuple(int(m) for m in members), starts, ends)
             window.times = {int(i): SliceTime(int(c), int(a), int(n)) for i, c, a, n in times}
+            window.waiting = [i for i in range(len(window.members)) if i not in window.times]
             tracker.windows.append(window)
         for r, verdicts in state["verdicts"]:
             tracker.verdicts[int(r)] = deque(
                 ((int(k), None if v is None else float(v), float(e)) for k, v, e in verdicts),
                 maxlen=VERDICTS_KEPT,
             )
+        tracker._piled = tracker._any_piled()
         return tracker
 
 

@@ -54,7 +54,4 @@ class JobGroups:
 
     def latest_seen_ns(self) -> int:
         """The latest report of any member of any group; -1 before the first."""
-        return max(
-            (m.last_seen_ns for tracker in self.comms.values() for m in tracker.members),
-            default=-1,
-        )
+        return max((tracker.latest_seen_ns for tracker in self.comms.values()), default=-1)

@@ -57,14 +57,22 @@ class NodeWatch:
         """Each node of the job -> when it was last seen up (event time): its latest report,
         or a later operation its ranks took part in that a peer finished."""
         seen: dict[str, int] = {}
+        place = self._groups.place
         for tracker in self._groups.comms.values():
             finished = tracker.finished_ns
-            for member in tracker.members:
-                node, _, _ = self._groups.place(member)
+            # Per node its members named, then each member that never named its node (the
+            # job's placement may): a check reads nodes, not every member of every group.
+            for node, last in tracker.seen_by_node.items():
+                at = last if last > finished else finished
+                if at > seen.get(node, -1):
+                    seen[node] = at
+            for rank in tracker.nodeless:
+                member = tracker.members[rank]
+                placed, _, _ = place(member)
                 # A member never heard from stays out: nothing says where it stands.
-                if node is not None and member.last_seen_ns >= 0:
+                if placed is not None and member.last_seen_ns >= 0:
                     at = max(member.last_seen_ns, finished)
-                    seen[node] = max(seen.get(node, -1), at)
+                    seen[placed] = max(seen.get(placed, -1), at)
         if self._seen_floor is not None:
             floor, nodes = self._seen_floor
             for node in seen.keys() & nodes:  # a set (frozenset & keys is one too)

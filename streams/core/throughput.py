@@ -35,6 +35,11 @@ class ConnThroughputs:
         ] = {}
         # comm/rank->peer -> (reference throughput, the move it was measured after)
         self._conn_ref: dict[str, tuple[float, int]] = {}
+        # comm -> rank -> (the stamps of its throughputs now and in its own past, which of
+        # its connections fell): `fell` again on the same throughputs gives the same answer
+        # and leaves the references as they are, so a check reads only the ranks that
+        # reported since the last one.
+        self._fell: dict[str, _Fell] = {}
 
     def new_check(self) -> None:
         """A check begins: with moves learnt unannounced, what was computed is stale."""
@@ -46,11 +51,13 @@ class ConnThroughputs:
         for history in (False, True):  # counted by the tracker this one replaces
             self._throughputs.pop((comm, history), None)
             self._rank_throughputs.pop((comm, history), None)
+        self._fell.pop(comm, None)
 
     def clear(self) -> None:
         """Every group's tracker was replaced (a restore)."""
         self._throughputs.clear()  # computed from trackers that are gone
         self._rank_throughputs.clear()
+        self._fell.clear()
 
     def state(self) -> dict[str, tuple[float, int]]:
         """Each connection's reference throughput and the move it was measured after."""
@@ -59,6 +66,7 @@ class ConnThroughputs:
     def restore(self, refs: dict[str, Any]) -> None:
         """Take the connections' references from a snapshot."""
         self._conn_ref = {str(k): (float(ref), int(moved)) for k, (ref, moved) in refs.items()}
+        self._fell.clear()
 
     def reference(self, comm: str, rank: int, peer: int) -> float:
         """A connection's own past throughput as `fell` last held it against (0: none)."""
@@ -102,6 +110,47 @@ class ConnThroughputs:
         samples from before it are gone.
         """
         history = self.of(tracker, history=True)
+        generation = self._routes.generation()
+        current = self._throughputs.get((tracker.comm, False))
+        if generation is None or current is None or current[1] is not now:
+            self._fell.pop(tracker.comm, None)  # references move outside what it holds
+            return self._fell_among(tracker, now, history)
+        now_of = self._rank_throughputs[(tracker.comm, False)]
+        past_of = self._rank_throughputs.get((tracker.comm, True), {})
+        known = self._fell.get(tracker.comm)
+        changed: Iterable[int] | None = None
+        if known is None or known.generation != generation:
+            known = self._fell[tracker.comm] = _Fell(generation)
+        elif known.now is now:
+            changed = tracker.conn_ranks_since(known.version)
+        if changed is None:
+            # Every rank, in the order of the connections (references are first stored in
+            # that order); those whose throughputs did not move are skipped all the same.
+            changed = tracker.conns
+        known.version, known.now = tracker.conn_version, now
+        for rank in changed:
+            values = now_of.get(rank)
+            if values is None:
+                continue
+            past = past_of.get(rank)
+            stamp = (values[0], None if past is None else past[0])
+            before = known.by_rank.get(rank)
+            if before is not None and before[0] == stamp:
+                continue
+            found = self._fell_among(tracker, values[1], history)
+            if before is not None:
+                known.fell -= before[1]
+            known.fell |= found
+            known.by_rank[rank] = (stamp, found)
+        return set(known.fell)
+
+    def _fell_among(
+        self,
+        tracker: CommTracker,
+        now: dict[tuple[int, int], float],
+        history: dict[tuple[int, int], float],
+    ) -> set[tuple[int, int]]:
+        """Of these connections, those slower than their reference (which this updates)."""
         share = self._params.slow_conn_share
         fell = set()
         for conn, value in now.items():
@@ -132,19 +181,57 @@ class ConnThroughputs:
         if known is not None and known[0] == version:
             return known[1]
         per_rank = self._rank_throughputs.setdefault(key, {})
+        if known is not None and generation is not None and known[0][1] == generation:
+            changed = tracker.conn_ranks_since(known[0][0])
+            if changed is not None and self._update(tracker, history, per_rank, changed, known[1]):
+                self._throughputs[key] = (version, known[1])
+                return known[1]
         found: dict[tuple[int, int], float] = {}
         for rank in tracker.conns:
             stamp = (tracker.conn_reports.get(rank, 0), generation)
             cached = per_rank.get(rank)
             if cached is None or cached[0] != stamp or generation is None:
-                if history:
-                    values = self._own_past(tracker, rank)
-                else:
-                    values = self._conn_throughput(tracker, tracker.recent_of(rank))
-                cached = per_rank[rank] = (stamp, values)
+                cached = per_rank[rank] = (stamp, self._rank_values(tracker, rank, history))
             found.update(cached[1])
         self._throughputs[key] = (version, found)
         return found
+
+    def _update(
+        self,
+        tracker: CommTracker,
+        history: bool,
+        per_rank: dict[int, tuple[tuple[int, int | None], dict[tuple[int, int], float]]],
+        changed: set[int],
+        found: dict[tuple[int, int], float],
+    ) -> bool:
+        """Take the ranks that reported since ``found`` was read into it, in place; False
+        (``found`` to be read again in full) when one of them has other connections than
+        before, or the same in another order: the connections keep the order a full read
+        gives them (which connection a vote names first on a tie)."""
+        generation = self._routes.generation()
+        fresh = []
+        for rank in changed:
+            stamp = (tracker.conn_reports.get(rank, 0), generation)
+            cached = per_rank.get(rank)
+            if cached is not None and cached[0] == stamp:
+                continue
+            values = self._rank_values(tracker, rank, history)
+            if cached is None or list(cached[1]) != list(values):  # other keys, or order
+                per_rank[rank] = (stamp, values)
+                return False
+            fresh.append((rank, stamp, values))
+        for rank, stamp, values in fresh:
+            per_rank[rank] = (stamp, values)
+            found.update(values)
+        return True
+
+    def _rank_values(
+        self, tracker: CommTracker, rank: int, history: bool
+    ) -> dict[tuple[int, int], float]:
+        """One rank's connections' throughput now, or in its own past."""
+        if history:
+            return self._own_past(tracker, rank)
+        return self._conn_throughput(tracker, tracker.recent_of(rank))
 
     def _own_past(self, tracker: CommTracker, rank: int) -> dict[tuple[int, int], float]:
         """The high quantile of each of a rank's connections over its kept samples, read
@@ -186,3 +273,18 @@ class ConnThroughputs:
             conn: sorted(values)[min(len(values) - 1, int(q * len(values)))]
             for conn, values in throughput.items()
         }
+
+
+class _Fell:
+    """Which connections of one group fell, per rank, as of a report count and a routes'
+    generation."""
+
+    __slots__ = ("by_rank", "fell", "generation", "now", "version")
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self.version = 0
+        # The throughputs read last time: another dict means they were read again in full.
+        self.now: dict[tuple[int, int], float] | None = None
+        self.by_rank: dict[int, tuple[tuple[Any, Any], set[tuple[int, int]]]] = {}
+        self.fell: set[tuple[int, int]] = set()
