@@ -263,13 +263,7 @@ class ComputeTracker:
         """Drop operations no open window (nor the next one) can still need."""
         if not self._piled:
             return  # nothing piled up: not worth finding what is needed
-        needed: dict[int, int] = {}
-        for window in self.windows:
-            for member, start in zip(window.members, window.starts, strict=True):
-                needed[member] = min(needed.get(member, start), start)
-        for members, ends in self.last_sync.values():
-            for member, end in zip(members, ends, strict=True):
-                needed[member] = min(needed.get(member, end), end)
+        needed = self._needed_from()
         for member, rank in self.ranks.items():
             keep_from = needed.get(member)
             if keep_from is None:
@@ -280,6 +274,18 @@ class ComputeTracker:
             if len(rank.a2a) >= PRUNE_AT:
                 rank.a2a = [(b, n) for b, n in rank.a2a if b > keep_from]
         self._piled = self._any_piled()
+
+    def _needed_from(self) -> dict[int, int]:
+        """Per rank in an open window or at a group's last sync point, the earliest start
+        a window of it can still have: what ended before is read by none."""
+        needed: dict[int, int] = {}
+        for window in self.windows:
+            for member, start in zip(window.members, window.starts, strict=True):
+                needed[member] = min(needed.get(member, start), start)
+        for members, ends in self.last_sync.values():
+            for member, end in zip(members, ends, strict=True):
+                needed[member] = min(needed.get(member, end), end)
+        return needed
 
     def _any_piled(self) -> bool:
         return any(
@@ -346,12 +352,20 @@ class ComputeTracker:
     # --- snapshot ----------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """Everything needed to go on after a restart, as plain data."""
+        # Only what a window can still read (what the next prune keeps): the operations
+        # that ended before a rank's earliest open window are most of a large job's state.
+        needed = self._needed_from()
+        ranks = []
+        for r, t in self.ranks.items():
+            ops, a2a = t.ops, t.a2a
+            keep_from = needed.get(r)
+            if keep_from is not None:
+                ops = [(a, b) for a, b in ops if b > keep_from]
+                a2a = [(b, n) for b, n in a2a if b > keep_from]
+            ranks.append([r, ops, t.in_flight, t.reported, t.last_seq, a2a])
         return {
             "slice_ns": self.slice_ns,
-            "ranks": [
-                [r, t.ops, t.in_flight, t.reported, t.last_seq, t.a2a]
-                for r, t in self.ranks.items()
-            ],
+            "ranks": ranks,
             "last_sync": {c: [list(m), e] for c, (m, e) in self.last_sync.items()},
             "windows": [
                 [

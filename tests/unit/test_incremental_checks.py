@@ -143,3 +143,28 @@ def test_slow_ranks_follow_the_windows_judged() -> None:
         assert compute.slow_ranks(3, 3, 1.5) == compute._slow_ranks(3, 3, 1.5)
     # Windows from the second sync point on; three judged by the fourth.
     assert found == [[], [], [], [2], [2], [2], [2], [2]]
+
+
+def test_a_compute_snapshot_holds_what_windows_still_read_and_goes_on_alike() -> None:
+    members = (0, 1, 2)
+
+    def feed(compute: ComputeTracker, windows: range) -> None:
+        for k in windows:
+            for rank in members:
+                busy = 40 if rank == 2 else 70
+                end = k * 100
+                compute.add(rank, "c", end, (k,), ("allreduce",), (1,), (end - busy,), (end,))
+            if k % 3:  # some windows wait for a report past their end
+                compute.sync("c", members, [k * 100] * 3)
+            compute.judge()
+
+    going = ComputeTracker(slice_ns=100)
+    feed(going, range(1, 40))
+    state = going.state()
+    kept = sum(len(ops) for _, ops, *_ in state["ranks"])
+    assert 0 < kept < sum(len(rank.ops) for rank in going.ranks.values())
+    restored = ComputeTracker.restored(state)
+    feed(going, range(40, 80))
+    feed(restored, range(40, 80))
+    assert restored.verdicts == going.verdicts
+    assert restored.slow_ranks(3, 3, 1.5) == going.slow_ranks(3, 3, 1.5)
