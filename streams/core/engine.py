@@ -606,7 +606,9 @@ class Engine:
             return None
         state = {} if detector is None else detector.state()
         if waiting:
-            state[WAITING_KEY] = [each.model_dump(mode="json", by_alias=True) for each in waiting]
+            # Python mode: tuples as they are (orjson writes them as arrays), 4x faster than
+            # the JSON mode, and a drain that outruns its link reports holds thousands.
+            state[WAITING_KEY] = [each.model_dump(by_alias=True) for each in waiting]
         return state if world is None else state | {MEMBERSHIP_KEY: world}
 
     def restore_job(self, job: str, state: dict[str, Any]) -> None:
