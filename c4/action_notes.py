@@ -41,7 +41,7 @@ def note(action: Action) -> ActionNote:
             if before is not None and bound is not None and after > before:
                 # The plan before had the failed links: losing them can force a higher
                 # maximum. Say how high it must be, so a raise reads as what it is.
-                text += f" (at least {bound:.2f} without {action.target})"
+                text += f" (at least {bound:.2f} without it)"
         moved = detail.get("moved")
         if isinstance(moved, int | list):
             count = moved if isinstance(moved, int) else len(moved)

@@ -114,7 +114,7 @@ def test_a_reroute_that_raises_the_maximum_says_how_high_it_must_be() -> None:
     text = note(lost).text
     assert text == (
         "reroute leaf-1a~spine-a-1: max link util 3.00 -> 3.50"
-        " (at least 3.00 without leaf-1a~spine-a-1), 28 flows moved"
+        " (at least 3.00 without it), 28 flows moved"
     )
     lowered = action("d-2", "reroute", "leaf-1a~spine-a-1", before_max_util=3.0,
                      after_max_util=2.0, bound=2.0, moved=3)  # fmt: skip
