@@ -48,6 +48,9 @@ class JobDetector:
         # Next check in this job's own data time, when its reports lag the clock.
         self.next_check_ns = 0
         self._groups = JobGroups(job)
+        # The placement as plain data and the version it is of: a snapshot of a job of
+        # thousands of ranks dumped every rank's place anew each time (40 us a rank).
+        self._placement_state: tuple[int, list[dict[str, Any]]] | None = None
         self._throughputs = ConnThroughputs(job, params, routes)
         self._nodes = NodeWatch(self._groups, params, self.book)
         self._hangs = HangCheck(self._groups, params, self.book, ports, self._nodes)
@@ -150,7 +153,7 @@ class JobDetector:
     def state(self) -> dict[str, Any]:
         """This job's detector state as plain data (placement, communicators, findings)."""
         return {
-            "placement": [place.model_dump(mode="json") for place in self.placement.values()],
+            "placement": self._placement_dump(),
             "comms": {comm: tracker.state() for comm, tracker in self.comms.items()},
             "findings": self.book.state(),
             "compute": self._stragglers.compute.state(),
@@ -160,6 +163,13 @@ class JobDetector:
             "agents": self._nodes.agents_ns,
             "run": self.run,
         }
+
+    def _placement_dump(self) -> list[dict[str, Any]]:
+        version = self._groups.placement_version
+        if self._placement_state is None or self._placement_state[0] != version:
+            places = self.placement.values()
+            self._placement_state = (version, [place.model_dump(mode="json") for place in places])
+        return self._placement_state[1]
 
     def restore(self, state: dict[str, Any]) -> None:
         """Take the state of a snapshot (this detector was just created for the job)."""

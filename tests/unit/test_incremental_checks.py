@@ -168,3 +168,33 @@ def test_a_compute_snapshot_holds_what_windows_still_read_and_goes_on_alike() ->
     feed(restored, range(40, 80))
     assert restored.verdicts == going.verdicts
     assert restored.slow_ranks(3, 3, 1.5) == going.slow_ranks(3, 3, 1.5)
+
+
+def test_a_snapshot_has_the_placement_in_force() -> None:
+    from schemas.messages import Job
+    from streams.core.job import JobDetector
+
+    detector = JobDetector("j", PARAMS, _NoPorts(), RouteBook())
+
+    def placed(node: str) -> Job:
+        places = tuple(RankPlace(rank=r, node=node, gpu=r) for r in range(4))
+        return Job(v=1, kind="job", job="j", ts_ns=1, state="running", ranks=places, comms={})
+
+    detector.on_job(placed("node-a"))
+    assert {p["node"] for p in detector.state()["placement"]} == {"node-a"}
+    assert detector.state()["placement"] is detector.state()["placement"]  # dumped once
+    detector.on_job(placed("node-b"))  # the job moved: its new placement is the one kept
+    assert {p["node"] for p in detector.state()["placement"]} == {"node-b"}
+
+
+class _NoPorts:
+    """Port health with every port up and quiet."""
+
+    def is_down(self, port: str) -> bool:
+        return False
+
+    def errors_rising(self, port: str) -> bool:
+        return False
+
+    def health_version(self) -> int:
+        return 0
