@@ -218,7 +218,7 @@ class Engine:
             self.hardware if shared is None else _SharedPortHealth(self.hardware, shared)
         )
         self._routes: Routes = self.routes if shared is None else _SharedRoutes(self.routes, shared)
-        self.fabric = FabricCorrelator(topology)
+        self.fabric = FabricCorrelator(topology, self.params)
         self.cabling = CablingCheck(topology)  # ports LLDP finds on another leaf
         # Which leaf each NIC port hangs off: a job tells a slow fabric link from a slow port.
         self._leaf_of: dict[str, str] = {

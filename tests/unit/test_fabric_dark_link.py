@@ -66,6 +66,14 @@ def test_the_dark_share_is_a_detector_parameter() -> None:
     assert named(loose.check(T0, paths(0.3))) == [("firing", "link_down", LINK)]
 
 
+def test_the_engine_gives_its_parameters_to_its_correlator() -> None:
+    # c4 diagnose --params: the replay's correlator takes the dark share it is given.
+    from streams.core.engine import Engine
+
+    engine = Engine(DetectorParams(dark_link_share=0.1), topology=topology())
+    assert named(engine.fabric.check(T0, paths(0.2))) == [("firing", "link_degraded", LINK)]
+
+
 def test_a_degraded_link_that_goes_dark_is_named_again_and_back() -> None:
     correlator = FabricCorrelator(topology())
     assert named(feed(correlator, 0.5, 3, 0)) == [("firing", "link_degraded", LINK)]
