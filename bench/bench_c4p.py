@@ -258,7 +258,10 @@ def replan_after(fabric: Fabric, previous: Plan, flows: Flows, down: str) -> Rep
     start, cpu = time.perf_counter(), time.process_time()
     links = {*flows.down, down}
     routable, failed_over, _ = route_around_cables(fabric, flows.flows, links)
-    after = Flows(v=1, kind="flows", flows=tuple(routable), down=tuple(sorted(links)))
+    # As reroute builds it: route_around_cables keeps a valid file valid.
+    after = Flows.model_construct(
+        v=1, kind="flows", flows=tuple(routable), down=tuple(sorted(links))
+    )
     routed = time.perf_counter()
     chosen = replan_choice(fabric, previous, after)
     done = time.perf_counter()

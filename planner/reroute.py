@@ -209,7 +209,9 @@ def reroute(
     ordered = tuple(sorted(down))
     traffic = job_flows(fabric, jobs)
     routable, failed_over, stranded = route_around_cables(fabric, traffic.flows, down)
-    flows = Flows(v=1, kind="flows", flows=tuple(routable), down=())
+    # job_flows' ids are unique and its hops join two nodes, as do their sibling ports: a
+    # valid flows file, built without validating 16k flows again.
+    flows = Flows.model_construct(v=1, kind="flows", flows=tuple(routable), down=())
     new_id = plan_id(current.id if current else None, diagnosis.id, diagnosis.state, ordered)
     strategy: Strategy = "full"
     extra = 0
@@ -254,6 +256,9 @@ def route_around_cables(
     fabric: Fabric, flows: tuple[Flow, ...], down: set[str]
 ) -> tuple[list[Flow], list[str], list[str]]:
     """Flows with a usable path; those failed over to sibling ports; those stranded.
+
+    The flows with a path keep their ids, and their two ends stay distinct ports: flows of a
+    valid flows file make a valid flows file (`Flows.model_construct` may take them).
 
     Only flows at a down cable or on a leaf with a down uplink are looked at closely: the
     others are kept as they are (the same objects, in order), a set lookup each.
@@ -307,7 +312,7 @@ def _siblings(
     for a in _same_nic(nics, src, down):
         plane = fabric.plane_of(a)
         for b in _same_nic(nics, dst, down):
-            if fabric.plane_of(b) == plane:
+            if b != a and fabric.plane_of(b) == plane:
                 return a, b
     return None
 
