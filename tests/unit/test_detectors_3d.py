@@ -156,7 +156,7 @@ def test_a_fabric_link_down_names_the_link_not_the_ports_of_the_node_behind_it()
         ],
         "faults": [{"at_s": 16.61, "type": "fabric_link_down", "link": "leaf-1a~spine-a-3"}],
     }
-    assert _named(_firing(case)) == [("link_degraded", "leaf-1a~spine-a-3")]
+    assert _named(_firing(case)) == [("link_down", "leaf-1a~spine-a-3")]  # dark: link_down
 
 
 def test_the_ports_of_the_nodes_behind_a_link_that_went_down_are_not_named() -> None:
@@ -179,4 +179,4 @@ def test_the_ports_of_the_nodes_behind_a_link_that_went_down_are_not_named() -> 
         ],
         "faults": [{"at_s": 16.09, "type": "fabric_link_down", "link": "leaf-2a~spine-a-1"}],
     }
-    assert _named(_firing(case)) == [("link_degraded", "leaf-2a~spine-a-1")]
+    assert _named(_firing(case)) == [("link_down", "leaf-2a~spine-a-1")]  # dark: link_down
