@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from schemas.messages import Collective
 
@@ -61,6 +61,10 @@ class LinkAlignment:
         self._reported_at = node_reported_at
         self._silent_ns = silent_ns
         self._queue: deque[Collective] = deque()  # in the order they came
+        # id of a held report -> its snapshot dump, made once however many snapshots it
+        # waits through (a drain that outruns its link reports holds thousands); gone
+        # when the report leaves the queue, so an id is never another report's.
+        self._dumps: dict[int, Any] = {}
         self.waiting: dict[str, int] = {}  # job -> how many of its reports wait
         self._nodes: dict[str, int] = {}  # node -> the latest report of a rank on it
         self.latest_ns = _NEVER  # the latest report seen (live), held or not
@@ -97,6 +101,7 @@ class LinkAlignment:
         queue = self._queue
         while queue and (len(queue) > MAX_WAITING or not self._trails(queue[0].ts_ns)):
             message = queue.popleft()
+            self._dumps.pop(id(message), None)
             self._count_out(message.job)
             yield message
 
@@ -107,6 +112,8 @@ class LinkAlignment:
         mine = [message for message in self._queue if message.job == job]
         self._queue = deque(message for message in self._queue if message.job != job)
         del self.waiting[job]
+        for message in mine:
+            self._dumps.pop(id(message), None)
         return mine
 
     def held_of(self, job: str) -> list[Collective]:
@@ -114,6 +121,20 @@ class LinkAlignment:
         if job not in self.waiting:
             return []
         return [message for message in self._queue if message.job == job]
+
+    def held_dumps(self, job: str, dump: Callable[[Collective], Any]) -> list[Any]:
+        """``dump`` of each report of the job held back now, oldest first (its snapshot);
+        each report dumped once while it waits."""
+        if job not in self.waiting:
+            return []
+        dumps, found = self._dumps, []
+        for message in self._queue:
+            if message.job == job:
+                known = dumps.get(id(message))
+                if known is None:
+                    known = dumps[id(message)] = dump(message)
+                found.append(known)
+        return found
 
     def hold(self, job: str, messages: list[Collective]) -> None:
         """Hold these reports of a job again (restored from its snapshot)."""

@@ -71,7 +71,6 @@ DATA_KINDS = (Collective, Link, Gpu)
 MEMBERSHIP_KEY = "membership"  # a job's member reports, in its snapshot
 CABLING_KEY = "cabling"  # a node's ports found on another leaf, in its snapshot
 WAITING_KEY = "waiting"  # a job's collective reports held back for link reports (live)
-HELD_DUMPS_KEPT = 1 << 14  # held reports whose snapshot dump is kept (`Engine._held_dump`)
 
 
 class SharedFacts(Protocol):
@@ -246,8 +245,6 @@ class Engine:
         # earlier run read as that run's and left out.
         self._ended_runs: dict[str, int] = {}
         self._closed_books: dict[str, FindingBook] = {}
-        # id of a held report -> (the report, its dump) for the snapshots (`_held_dump`).
-        self._held_dumps: dict[int, tuple[Collective, dict[str, Any]]] = {}
 
     @property
     def now_ns(self) -> int:
@@ -604,24 +601,13 @@ class Engine:
         """One job's detector state as plain data; None for a job not tracked here."""
         detector = self.jobs.get(job)
         world = self.membership.job_state(job)
-        waiting = self.alignment.held_of(job)
+        waiting = self.alignment.held_dumps(job, _held_dump)
         if detector is None and world is None and not waiting:
             return None
         state = {} if detector is None else detector.state()
         if waiting:
-            state[WAITING_KEY] = [self._held_dump(each) for each in waiting]
+            state[WAITING_KEY] = waiting
         return state if world is None else state | {MEMBERSHIP_KEY: world}
-
-    def _held_dump(self, message: Collective) -> dict[str, Any]:
-        """A held report as plain data, dumped once however many snapshots it is in: a
-        drain that outruns its link reports holds thousands. Python mode: tuples as they
-        are (orjson writes them as arrays), 4x faster than the JSON mode."""
-        known = self._held_dumps.get(id(message))
-        if known is None or known[0] is not message:
-            if len(self._held_dumps) >= HELD_DUMPS_KEPT:
-                self._held_dumps.clear()  # the dumps of reports long released, mostly
-            known = self._held_dumps[id(message)] = (message, message.model_dump(by_alias=True))
-        return known[1]
 
     def restore_job(self, job: str, state: dict[str, Any]) -> None:
         """Take over a job from a snapshot (its findings were published before it was taken)."""
@@ -677,6 +663,12 @@ class Engine:
         """Forget a node whose partition moved to another worker."""
         self.hardware.drop_node(node)
         self.cabling.drop_node(node)
+
+
+def _held_dump(message: Collective) -> dict[str, Any]:
+    """A held report as plain data for its job's snapshot. Python mode: tuples as they are
+    (orjson writes them as arrays), 4x faster than the JSON mode."""
+    return message.model_dump(by_alias=True)
 
 
 def _empty_node_state() -> dict[str, Any]:

@@ -306,3 +306,24 @@ def test_a_route_plan_counts_from_the_latest_report_seen_held_ones_too() -> None
     engine.process(moved)
     # Settling runs from 9 s (the reports are held), not from the clock they have not moved.
     assert engine.routes.moved_at("j/c0/0->1") == 9 * NS
+
+
+def test_a_held_report_is_dumped_once_however_many_snapshots_it_waits_through() -> None:
+    reports = Reports()
+    aligned = LinkAlignment(reports, reports.at.get, silent_ns=3 * NS)
+    reports.behind.add("n1")
+    dumped: list[int] = []
+
+    def dump(message: Collective) -> int:
+        dumped.append(message.ts_ns)
+        return message.ts_ns
+
+    assert aligned.holds(collective("j", "n1", 5 * NS))
+    assert aligned.held_dumps("j", dump) == [5 * NS]
+    assert aligned.holds(collective("j", "n1", 6 * NS))
+    assert aligned.held_dumps("j", dump) == [5 * NS, 6 * NS]
+    assert dumped == [5 * NS, 6 * NS]  # the first one not dumped again
+    reports.behind.clear()
+    aligned.refresh()
+    assert len(list(aligned.ready())) == 2
+    assert aligned.held_dumps("j", dump) == [] and aligned._dumps == {}  # none kept for gone ones
