@@ -284,10 +284,21 @@ class FabricCorrelator:
         uplinks, which a reroute around it loads further: paths over all of them are slower
         for a known cause, no new fault. A second faulty uplink stands out among them (twice
         the paths a finding needs, and twice those of any other uplink); a few paths, or
-        paths spread over several uplinks, are the squeeze.
+        paths spread over several uplinks, are the squeeze. A leaf left with one uplink by
+        one that went dark is squeezed whatever its paths say.
         """
         squeezed: dict[str, str] = {}
         for leaf, key in leaves.items():
+            others = [
+                spine
+                for spine in self._spines_of.get(leaf, ())
+                if self._link_of.get(frozenset((leaf, spine))) not in open_keys
+            ]
+            if len(others) <= 1 and self.class_of(key) == DARK:
+                # The leaf's one uplink left takes all the traffic of the one that went dark:
+                # nothing to hold it against (a degraded uplink still carries its share).
+                squeezed[leaf] = key
+                continue
             over: Counter[str] = Counter()
             for path in paths:
                 link = self._uplink(path, leaf)

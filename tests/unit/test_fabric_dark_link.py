@@ -9,7 +9,7 @@ import pytest
 from actions.config import parse_config
 from actions.pipeline.policy import View, kept_out, plan
 from schemas.messages import Diagnosis
-from streams.core.fabric import CLASS_CHANGE_CHECKS, FabricCorrelator, FabricHub
+from streams.core.fabric import CLASS_CHANGE_CHECKS, TIE_PATIENCE, FabricCorrelator, FabricHub
 from streams.core.params import DetectorParams
 from streams.core.slowpath import SlowPath, path_of, path_row
 from streams.core.snapshot import decode_state, encode_state
@@ -165,3 +165,20 @@ def test_a_fabric_link_down_is_rerouted_and_kept_out_once_resolved() -> None:
     # A link_down told from the link's own state (no slow paths) is given back when it ends.
     told = resolved.model_copy(update={"evidence": {}})
     assert not kept_out(told, "link")
+
+
+def test_the_one_uplink_left_beside_a_dark_one_is_the_squeeze_not_a_fault() -> None:
+    # leaf-a0 has two uplinks: once one is dark, the other carries all the leaf's traffic
+    # and its paths slow. No switch nor link is named for them (3D suite, case3d-182).
+    correlator = FabricCorrelator(topology())
+    assert named(correlator.check(T0, paths(0.2))) == [("firing", "link_down", LINK)]
+    squeeze = [
+        SlowPath(f"job-{j}", f"job-{j}/c/0->1", f"node-000/mlx5_{j % 8}:1",
+                 f"node-001/mlx5_{j % 8}:1", "spine-a-1", None, 0.5)
+        for j in range(3, 11)
+    ]  # fmt: skip
+    later = []
+    for step in range(1, 2 * TIE_PATIENCE):  # long past the patience of a tie
+        later += correlator.check(T0 + step * TICK, paths(0.2) + squeeze)
+    assert later == []
+    assert correlator.open_keys() == [LINK]
