@@ -11,7 +11,7 @@ from planner.choice import WIDE_CHAIN, WIDEN_STEPS
 from planner.eval.traffic import workload
 from schemas.files import Flows, Plan
 from tests.unit.planner_cases import check_plan, instances, make_fabric
-from tests.unit.test_planner_replan import fabric_links_used
+from tests.unit.test_planner_replan import planned_with_a_failure
 from topology.generate import Shape
 from topology.model import Fabric, UnreachableError
 
@@ -85,11 +85,10 @@ def test_best_is_never_worse_and_keeps_every_forced_move(
     case: tuple[Fabric, Flows], data: st.DataObject
 ) -> None:
     fabric, flows = case
-    before = plan(fabric, flows)
-    used = fabric_links_used(before.paths)
-    if not used:
+    drawn = planned_with_a_failure(fabric, flows, data)
+    if drawn is None:
         return
-    failed = data.draw(st.sampled_from(used))
+    before, failed = drawn
     try:
         chosen = replan_choice(fabric, before, flows, [failed], mode="best")
     except UnreachableError:

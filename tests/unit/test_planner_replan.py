@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner import RoutedPath, moved_flows, plan, replan
-from schemas.files import Flows
+from schemas.files import Flows, Plan
 from tests.unit.planner_cases import check_plan, instances, make_fabric, make_flows
 from topology.ecmp import choose_spine, hash_model
 from topology.generate import Shape
@@ -20,17 +20,27 @@ def fabric_links_used(result_paths: tuple[object, ...]) -> list[str]:
     return used
 
 
+def planned_with_a_failure(
+    fabric: Fabric, flows: Flows, data: st.DataObject
+) -> tuple[Plan, str] | None:
+    """The flows' plan and one fabric link it uses, drawn to fail; None when it uses none."""
+    before = plan(fabric, flows)
+    used = fabric_links_used(before.paths)
+    if not used:
+        return None
+    return before, data.draw(st.sampled_from(used))
+
+
 @settings(max_examples=150, deadline=None)
 @given(instances(equal=False), st.data())
 def test_replan_moves_only_the_flows_that_crossed_the_failed_link(
     case: tuple[Fabric, Flows], data: st.DataObject
 ) -> None:
     fabric, flows = case
-    before = plan(fabric, flows)
-    used = fabric_links_used(before.paths)
-    if not used:
+    drawn = planned_with_a_failure(fabric, flows, data)
+    if drawn is None:
         return
-    failed = data.draw(st.sampled_from(used))
+    before, failed = drawn
     crossing = {path.flow for path in before.paths if failed in path.links}
     try:
         after = replan(fabric, before, flows, [failed])

@@ -12,7 +12,7 @@ from planner.eval.matrices import Failure, Mix, fail, training_matrix
 from planner.standing import replan_fast
 from schemas.files import Flows, Plan
 from tests.unit.planner_cases import instances, make_fabric
-from tests.unit.test_planner_replan import fabric_links_used
+from tests.unit.test_planner_replan import planned_with_a_failure
 from topology.ecmp import SwitchHash, hash_model
 from topology.generate import Shape
 from topology.model import Fabric, UnreachableError
@@ -115,11 +115,10 @@ def test_unequal_demands_after_a_link_failure(
 ) -> None:
     """Random fabrics and demands, where the moved flows' repair has work to do."""
     fabric, flows = case
-    before = plan(fabric, flows)
-    used = fabric_links_used(before.paths)
-    if not used:
+    drawn = planned_with_a_failure(fabric, flows, data)
+    if drawn is None:
         return
-    failed = data.draw(st.sampled_from(used))
+    before, failed = drawn
     try:
         fast = replan(fabric, before, flows, [failed])
     except UnreachableError:
