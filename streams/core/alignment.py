@@ -116,12 +116,6 @@ class LinkAlignment:
             self._dumps.pop(id(message), None)
         return mine
 
-    def held_of(self, job: str) -> list[Collective]:
-        """The reports of the job held back now, oldest first (for its snapshot)."""
-        if job not in self.waiting:
-            return []
-        return [message for message in self._queue if message.job == job]
-
     def held_dumps(self, job: str, dump: Callable[[Collective], Any]) -> list[Any]:
         """``dump`` of each report of the job held back now, oldest first (its snapshot);
         each report dumped once while it waits."""

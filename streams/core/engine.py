@@ -28,7 +28,7 @@ from streams.core.cabling import CablingCheck
 from streams.core.clock import TickClock
 from streams.core.fabric import FabricCorrelator
 from streams.core.findings import FindingBook, OpenFinding
-from streams.core.hardware import HardwareMonitor
+from streams.core.hardware import HardwareMonitor, empty_node_state
 from streams.core.job import JobDetector
 from streams.core.membership import MembershipBook
 from streams.core.params import DetectorParams
@@ -649,7 +649,7 @@ class Engine:
         for node in nodes & self.cabling.nodes():
             cabling = self.cabling.node_state(node)
             if cabling is not None:
-                states.setdefault(node, _empty_node_state())[CABLING_KEY] = cabling
+                states.setdefault(node, empty_node_state())[CABLING_KEY] = cabling
         return states
 
     def restore_node(self, state: dict[str, Any]) -> None:
@@ -669,8 +669,3 @@ def _held_dump(message: Collective) -> dict[str, Any]:
     """A held report as plain data for its job's snapshot. Python mode: tuples as they are
     (orjson writes them as arrays), 4x faster than the JSON mode."""
     return message.model_dump(by_alias=True)
-
-
-def _empty_node_state() -> dict[str, Any]:
-    """A node's state with nothing of its hardware (only its cabling is known)."""
-    return {"ports": [], "gpu_faults": {}, "ecc": {}, "findings": [], "owners": []}

@@ -261,7 +261,7 @@ class HardwareMonitor:
             if node not in nodes:
                 return None
             if node not in out:
-                out[node] = {"ports": [], "gpu_faults": {}, "ecc": {}, "findings": [], "owners": []}
+                out[node] = empty_node_state()
             return out[node]
 
         for pid, port in self._ports.items():
@@ -337,3 +337,8 @@ def _rate(before: int | None, after: int | None, seconds: float) -> float:
     if before is None or after is None or after < before:
         return 0.0  # missing, or a counter reset: no rate from this pair
     return (after - before) / seconds
+
+
+def empty_node_state() -> dict[str, Any]:
+    """A node's hardware state with nothing in it (what `restore_node` reads, all empty)."""
+    return {"ports": [], "gpu_faults": {}, "ecc": {}, "findings": [], "owners": []}

@@ -183,7 +183,9 @@ class ConnThroughputs:
         per_rank = self._rank_throughputs.setdefault(key, {})
         if known is not None and generation is not None and known[0][1] == generation:
             changed = tracker.conn_ranks_since(known[0][0])
-            if changed is not None and self._update(tracker, history, per_rank, changed, known[1]):
+            if changed is not None and self._update(
+                tracker, history, generation, per_rank, changed, known[1]
+            ):
                 self._throughputs[key] = (version, known[1])
                 return known[1]
         found: dict[tuple[int, int], float] = {}
@@ -200,6 +202,7 @@ class ConnThroughputs:
         self,
         tracker: CommTracker,
         history: bool,
+        generation: int,
         per_rank: dict[int, tuple[tuple[int, int | None], dict[tuple[int, int], float]]],
         changed: set[int],
         found: dict[tuple[int, int], float],
@@ -208,7 +211,6 @@ class ConnThroughputs:
         (``found`` to be read again in full) when one of them has other connections than
         before, or the same in another order: the connections keep the order a full read
         gives them (which connection a vote names first on a tie)."""
-        generation = self._routes.generation()
         fresh = []
         for rank in changed:
             stamp = (tracker.conn_reports.get(rank, 0), generation)

@@ -263,7 +263,7 @@ def test_held_reports_are_in_the_jobs_snapshot_and_a_fact_about_the_job_comes_af
     assert state is not None and len(state["waiting"]) == 1
     again = Engine(progress=reports)
     again.restore_job("j", state)
-    assert [m.ts_ns for m in again.alignment.held_of("j")] == [5 * NS]
+    assert again.alignment.held_dumps("j", lambda m: m.ts_ns) == [5 * NS]
     # The job stops: its held report is processed first, then the stop closes the job.
     again.process(
         Job.model_validate(
