@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from c4.gc_tuning import fewer_collections
 from c4.inputs import InputError, json_lines, load_document, load_params, overlong_line
 from c4.progress import ReadProgress
 from schemas.base import C4Model
@@ -22,28 +20,6 @@ from streams.replay import ReplayStats, replay
 
 if TYPE_CHECKING:
     from c4.settings import Settings
-
-
-REPLAY_GC_THRESHOLD = 50_000
-
-
-@contextmanager
-def fewer_collections() -> Iterator[None]:
-    """Python's cyclic collector, run less often while a replay allocates.
-
-    A replay makes millions of small objects that die young and hold no cycles (operation
-    states, tuples, decoded messages); at the default threshold (700 allocations) the
-    collector runs every few messages and walks everything the detectors hold, 6-8% of a
-    replay here. What was imported before is frozen out of its scans.
-    """
-    thresholds = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(REPLAY_GC_THRESHOLD, *thresholds[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
 
 
 def load_placements(stage: DetectionStage, path: str) -> None:

@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from c4.gc_tuning import fewer_collections
 from c4.streams_wiring import (
     DEFAULT_METRICS_PORT,
     DEFAULT_SESSION_TIMEOUT_S,
@@ -55,7 +56,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     # Faust's terminal spinner sets the root logger to DEBUG (it spins on every record), so
     # every library's debug record was built and then dropped: 4-8% of a busy worker's time.
     runner.spinner = None
-    runner.execute_from_commandline()
+    with fewer_collections():
+        runner.execute_from_commandline()
     return 0
 
 

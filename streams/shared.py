@@ -36,7 +36,12 @@ class TableFacts:
         self._table = table
 
     def _get(self, key: str) -> str | None:
-        value = self._table.get(key.encode())
+        encoded = key.encode()
+        # Asked first: a Faust table's ``get`` raises and catches KeyError on a miss, and
+        # most keys asked (a connection's planned route) are misses: 5 % of a live worker.
+        if encoded not in self._table:
+            return None
+        value = self._table.get(encoded)
         return None if value is None else value.decode("utf-8", errors="replace")
 
     def _set(self, key: str, value: str) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from schemas.messages import Diagnosis, DiagnosisClass, Gpu, Link
@@ -29,6 +29,20 @@ class PortState:
     degraded: bool = False
     clean_streak: int = 0
     bad_streak: int = 0
+
+    def row(self) -> list[Any]:
+        """The fields in order, as `PortState(*row)` takes them back (no deep copy: all
+        are scalars, and `dataclasses.astuple` copying them was a tenth of a live worker)."""
+        return [
+            self.ts_ns,
+            self.symbol_err,
+            self.retrans,
+            self.down,
+            self.max_gbps,
+            self.degraded,
+            self.clean_streak,
+            self.bad_streak,
+        ]
 
 
 class HardwareMonitor:
@@ -266,7 +280,7 @@ class HardwareMonitor:
 
         for pid, port in self._ports.items():
             if (found := entry(pid)) is not None:
-                found["ports"].append([pid, *astuple(port)])
+                found["ports"].append([pid, *port.row()])
         for gid, ts in self._gpu_faults.items():
             if (found := entry(gid)) is not None:
                 found["gpu_faults"][gid] = ts
