@@ -114,9 +114,27 @@ class _Collectives(msgspec.Struct, frozen=True, tag_field="kind", tag="collectiv
     node: Ident | None | UnsetType = UNSET
 
 
-_DECODER = msgspec.json.Decoder(_Collective | _Link | _Collectives)
+class _Links(msgspec.Struct, frozen=True, tag_field="kind", tag="links"):
+    v: Literal[1]
+    node: Ident
+    ts_ns: Count
+    # A union, as in _Collectives: each element's own "kind" is required.
+    messages: Annotated[
+        tuple[_Link | _Collective, ...], msgspec.Meta(max_length=MAX_BATCH_MESSAGES)
+    ]
+
+
+_DECODER = msgspec.json.Decoder(_Collective | _Link | _Collectives | _Links)
 _HOT_KINDS = frozenset(("collective", "link"))
-_BATCH_KINDS = frozenset((None, "collective", "collectives"))
+# What each reader kind takes as a batch here (the others go the slow way).
+_BATCH_READERS: dict[str | None, type[msgspec.Struct] | None] = {
+    None: None,  # any batch
+    "collective": _Collectives,
+    "collectives": _Collectives,
+    "link": _Links,
+    "links": _Links,
+}
+_BATCH_ONLY = frozenset(("collectives", "links"))
 # Fields set that do not depend on the document: every field of Ops and Conns is required,
 # and so are those of Collective and Link but their optional ones.
 _OPS_FIELDS = frozenset(Ops.model_fields)
@@ -155,7 +173,7 @@ def decode_hot(data: bytes | bytearray | memoryview | str, kind: str | None) -> 
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         # Nested past the interpreter's bound: the slow path says why, in one line.
         return None
-    if isinstance(wire, _Collectives):
+    if isinstance(wire, _Collectives | _Links):
         return None  # a batch as one model goes the slow way; see decode_hot_batch
     return _single(wire, kind)
 
@@ -163,25 +181,31 @@ def decode_hot(data: bytes | bytearray | memoryview | str, kind: str | None) -> 
 def decode_hot_batch(
     data: bytes | bytearray | memoryview | str, kind: str | None
 ) -> list[C4Model] | None:
-    """The messages of a certainly valid ``collectives`` batch (or one certainly valid
-    collective or link document, as a list of one), else None.
+    """The messages of a certainly valid ``collectives`` or ``links`` batch (or one
+    certainly valid collective or link document, as a list of one), else None.
 
     ``kind`` is what the caller reads: None (any kind), ``collective`` (a collective or a
-    batch of them, as on c4.collective.v1) or ``collectives`` (a batch only).
+    batch of them, as on c4.collective.v1), ``link`` (likewise, on c4.link.v1), or a batch
+    kind (a batch only).
     """
-    if kind not in _BATCH_KINDS and kind not in _HOT_KINDS:
+    if kind not in _BATCH_READERS:
         return None
     try:
         wire = _DECODER.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
-    if not isinstance(wire, _Collectives):
-        if kind == "collectives":
+    if not isinstance(wire, _Collectives | _Links):
+        if kind in _BATCH_ONLY:
             return None
         single = _single(wire, kind)
         return None if single is None else [single]
-    if kind == "link" or not wire.messages:
-        return None  # an empty batch is a node's presence: the slow path keeps its envelope
+    wanted = _BATCH_READERS[kind]
+    if (wanted is not None and not isinstance(wire, wanted)) or not wire.messages:
+        # Another topic's batch, or an empty one (of collectives: a node's presence, whose
+        # envelope the slow path keeps).
+        return None
+    if isinstance(wire, _Links):
+        return _links(wire)
     job = wire.job
     found: list[C4Model] = []
     append = found.append
@@ -192,6 +216,16 @@ def decode_hot_batch(
         if message is None:
             return None
         append(message)
+    return found
+
+
+def _links(wire: _Links) -> list[C4Model] | None:
+    node = wire.node
+    found: list[C4Model] = []
+    for element in wire.messages:
+        if not isinstance(element, _Link) or element.node != node:
+            return None
+        found.append(_link(element))
     return found
 
 

@@ -282,6 +282,37 @@ class Link(C4Model):
     counters: LinkCounters
 
 
+def not_the_batch_node(node: str, batch_node: str) -> str:
+    """Why a message cannot be in a batch of another node (its key: the batch's node)."""
+    return f"{node!r} is not the batch's node {batch_node!r}"
+
+
+class Links(C4Model):
+    """A node's link messages of one interval (one per port), in one Kafka record."""
+
+    model_config = C4Model.model_config | {
+        "json_schema_extra": {
+            "x-c4-rules": [
+                "every messages[i].node equals node",
+                "an invalid messages[i] is rejected alone; the others are taken",
+            ]
+        }
+    }
+
+    v: Literal[1]
+    kind: Literal["links"]
+    node: Id
+    ts_ns: Nanos
+    messages: tuple[Link, ...] = Field(max_length=MAX_BATCH_MESSAGES)
+
+    @model_validator(mode="after")
+    def _check_nodes(self) -> Self:
+        for index, message in enumerate(self.messages):
+            if message.node != self.node:
+                broken_rule(f"messages[{index}].node", not_the_batch_node(message.node, self.node))
+        return self
+
+
 class NeighbourPort(C4Model):
     """One port of the node and the switch port LLDP says its cable goes to."""
 
@@ -333,6 +364,32 @@ class Gpu(C4Model):
     retired_pages: NonNegInt | None = None
     throttle: tuple[Id, ...] | None = Field(default=None, max_length=64)
     nvlink_err: NonNegInt | None = None
+
+
+class Gpus(C4Model):
+    """A node's GPU messages of one interval (one per GPU), in one Kafka record."""
+
+    model_config = C4Model.model_config | {
+        "json_schema_extra": {
+            "x-c4-rules": [
+                "every messages[i].node equals node",
+                "an invalid messages[i] is rejected alone; the others are taken",
+            ]
+        }
+    }
+
+    v: Literal[1]
+    kind: Literal["gpus"]
+    node: Id
+    ts_ns: Nanos
+    messages: tuple[Gpu, ...] = Field(max_length=MAX_BATCH_MESSAGES)
+
+    @model_validator(mode="after")
+    def _check_nodes(self) -> Self:
+        for index, message in enumerate(self.messages):
+            if message.node != self.node:
+                broken_rule(f"messages[{index}].node", not_the_batch_node(message.node, self.node))
+        return self
 
 
 class RankPlace(C4Model):

@@ -42,8 +42,15 @@ class Topic:
 COLLECTIVE = Topic(
     "c4.collective.v1", "collective", KeyRule.JOB, "node agents", batch_kind="collectives"
 )
-LINK = Topic("c4.link.v1", "link", KeyRule.NODE, "node agents", other_kinds=("neighbours",))
-GPU = Topic("c4.gpu.v1", "gpu", KeyRule.NODE, "node agents")
+LINK = Topic(
+    "c4.link.v1",
+    "link",
+    KeyRule.NODE,
+    "node agents",
+    batch_kind="links",
+    other_kinds=("neighbours",),
+)
+GPU = Topic("c4.gpu.v1", "gpu", KeyRule.NODE, "node agents", batch_kind="gpus")
 JOB = Topic(
     "c4.job.v1",
     "job",
@@ -68,6 +75,10 @@ ALL_TOPICS: tuple[Topic, ...] = (
 )
 TOPICS_BY_NAME: dict[str, Topic] = {topic.name: topic for topic in ALL_TOPICS}
 TOPICS_BY_KIND: dict[str, Topic] = {kind: topic for topic in ALL_TOPICS for kind in topic.kinds}
+# Each batch kind and the topic it packs messages of (whose key is every element's too).
+INPUT_BATCHES: dict[str, Topic] = {
+    topic.batch_kind: topic for topic in ALL_TOPICS if topic.batch_kind is not None
+}
 
 FABRIC_KEY = "fabric"
 

@@ -17,8 +17,10 @@ from schemas.messages import (
     Collectives,
     Diagnosis,
     Gpu,
+    Gpus,
     Job,
     Link,
+    Links,
     Member,
     Neighbours,
     Route,
@@ -276,6 +278,8 @@ class Engine:
             if message.node is not None:
                 self._agent_present(message.job, message.node, message.ts_ns)
             return found
+        if isinstance(message, Links | Gpus):  # a node's batch: its messages, in order
+            return [found for each in message.messages for found in self.process(each)]
         kind = type(message).__name__
         self.counts[kind] = self.counts.get(kind, 0) + 1
         out: list[Diagnosis] = []

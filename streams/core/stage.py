@@ -27,8 +27,10 @@ from schemas.messages import (
     Collectives,
     Diagnosis,
     Gpu,
+    Gpus,
     Job,
     Link,
+    Links,
     Member,
     Neighbours,
 )
@@ -61,7 +63,7 @@ def state_key(message: C4Model) -> StateKey | None:
     plans)."""
     if isinstance(message, Collective | Collectives | Job | Member):
         return StateKey(JOB, message.job)
-    if isinstance(message, Link | Gpu | Neighbours):
+    if isinstance(message, Link | Gpu | Neighbours | Links | Gpus):
         return StateKey(NODE, message.node)
     return None
 
