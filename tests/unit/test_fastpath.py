@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from schemas.base import C4Model
 from schemas.codec import MODELS, decode, encode
-from schemas.fastpath import _Collective, _Conns, _Counters, _Link, _Ops, decode_hot
-from schemas.messages import Collective, Conns, Link, LinkCounters, Ops
+from schemas.fastpath import _Collective, _Conns, _Counters, _Link, _Links, _Ops, decode_hot
+from schemas.messages import Collective, Conns, Link, LinkCounters, Links, Ops
 from simulator import scenario_from, simulate
 from tests.unit.test_codec_properties import collectives, json_values, links
 
@@ -305,7 +305,13 @@ def test_an_end_before_its_enter_is_caught_around_null_ends(
 
 @pytest.mark.parametrize(
     ("wire", "model"),
-    [(_Ops, Ops), (_Conns, Conns), (_Collective, Collective), (_Link, Link)],
+    [
+        (_Ops, Ops),
+        (_Conns, Conns),
+        (_Collective, Collective),
+        (_Link, Link),
+        (_Links, Links),
+    ],
 )
 def test_the_wire_structs_have_the_models_fields(wire: Any, model: type[C4Model]) -> None:
     # A field added to a model and not here would be dropped on the fast path, silently.
