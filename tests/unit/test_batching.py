@@ -18,7 +18,7 @@ from producers.sources import Reading
 from producers.spool import DiskSpool
 from schemas.base import C4Model
 from schemas.codec import encode
-from schemas.messages import Collective, Collectives, Ops
+from schemas.messages import Collective, Collectives, Gpus, Links, Ops
 from schemas.records import decode_record
 from simulator import scenario_from, simulate
 from tests.contract import contract_examples
@@ -45,14 +45,16 @@ def collective(job: str, rank: int, ops: int = 0, ts_ns: int = 10) -> Collective
 
 
 def unpacked(messages: list[C4Model]) -> list[C4Model]:
-    return [m for b in messages for m in (b.messages if isinstance(b, Collectives) else (b,))]
+    """The messages as a reader takes them: each batch's elements in its place."""
+    batches = Collectives | Links | Gpus
+    return [m for b in messages for m in (b.messages if isinstance(b, batches) else (b,))]
 
 
 def test_a_round_is_packed_per_job_in_place_and_in_order() -> None:
-    other = decode_record(orjson.dumps(contract_examples()["link"]))[0]
+    other = decode_record(orjson.dumps(contract_examples()["neighbours"]))[0]
     round_ = [collective("a", 0), collective("b", 0), other, collective("a", 1)]
     packed = pack_round(round_, node="node-001")
-    assert [type(m).__name__ for m in packed] == ["Collectives", "Collectives", "Link"]
+    assert [type(m).__name__ for m in packed] == ["Collectives", "Collectives", "Neighbours"]
     first, second = packed[0], packed[1]
     assert isinstance(first, Collectives) and isinstance(second, Collectives)
     assert [m.rank for m in first.messages] == [0, 1] and first.job == "a"
