@@ -18,7 +18,17 @@ from producers.sources import Reading
 from producers.spool import DiskSpool
 from schemas.base import C4Model
 from schemas.codec import encode
-from schemas.messages import Collective, Collectives, Gpus, Links, Ops
+from schemas.messages import (
+    Collective,
+    Collectives,
+    Gpu,
+    Gpus,
+    Link,
+    LinkCounters,
+    Links,
+    Neighbours,
+    Ops,
+)
 from schemas.records import decode_record
 from simulator import scenario_from, simulate
 from tests.contract import contract_examples
@@ -225,3 +235,201 @@ def test_an_agent_says_its_node_is_up_while_the_job_s_ranks_there_are_silent() -
     )
     assert isinstance(up, Collectives) and up.node == "n1" and up.messages == ()
     assert decode_record(b'{"v":1,"kind":"collectives","job":"j","ts_ns":7,"messages":[]}') == []
+
+
+def link(node: str, port: str, ts_ns: int = 10, counters: int = 0) -> Link:
+    values = dict.fromkeys(tuple(LinkCounters.model_fields)[:counters], 10**19)
+    return Link(
+        v=1, kind="link", node=node, port=port, ts_ns=ts_ns, state="up",
+        counters=LinkCounters(**values),
+    )  # fmt: skip
+
+
+def gpu(node: str, index: int, ts_ns: int = 10, xids: int = 0) -> Gpu:
+    return Gpu(v=1, kind="gpu", node=node, gpu=index, ts_ns=ts_ns, xid=(79,) * xids)
+
+
+def neighbours(node: str, ts_ns: int = 10) -> Neighbours:
+    return Neighbours(v=1, kind="neighbours", node=node, ts_ns=ts_ns, ports=())
+
+
+def shape(messages: list[C4Model]) -> list[tuple[str, str]]:
+    """Each record's kind and whose it is (a job, or a node)."""
+    return [(kind_of(m), str(getattr(m, "job", None) or getattr(m, "node", ""))) for m in messages]
+
+
+def kind_of(message: C4Model) -> str:
+    return str(getattr(message, "kind", ""))
+
+
+def test_a_round_packs_each_node_s_links_and_gpus_where_its_first_one_was() -> None:
+    round_ = [
+        link("n1", "p0"), gpu("n1", 0), collective("a", 0), link("n2", "p0"),
+        link("n1", "p1"), neighbours("n1"), gpu("n1", 1), collective("a", 1),
+    ]  # fmt: skip
+    packed = pack_round(round_, node="n1")
+    assert shape(packed) == [
+        ("links", "n1"), ("gpus", "n1"), ("collectives", "a"), ("links", "n2"), ("neighbours", "n1")
+    ]  # fmt: skip
+    first, second = packed[0], packed[1]
+    assert isinstance(first, Links) and [m.port for m in first.messages] == ["p0", "p1"]
+    assert isinstance(second, Gpus) and [m.gpu for m in second.messages] == [0, 1]
+    assert sorted(map(encode, unpacked(packed))) == sorted(map(encode, round_))
+    for batch in packed:  # each reads back as its messages, from its own topic
+        if isinstance(batch, Links | Gpus):
+            kind = "link" if isinstance(batch, Links) else "gpu"
+            assert decode_record(encode(batch), kind) == list(batch.messages)
+
+
+def test_link_and_gpu_batches_are_cut_at_the_message_count_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("producers.batching.MAX_BATCH_MESSAGES", 3)
+    round_: list[C4Model] = [link("n1", f"p{i}") for i in range(7)]
+    round_ += [gpu("n1", i) for i in range(4)]
+    packed = pack_round(round_)
+    assert [len(getattr(b, "messages", ())) for b in packed] == [3, 3, 1, 3, 1]
+    assert [kind_of(m) for m in packed] == ["links"] * 3 + ["gpus"] * 2
+    assert unpacked(packed) == round_
+    streamed = list(pack_stream(round_))
+    assert [encode(b) for b in streamed] == [encode(b) for b in packed]
+
+
+def test_a_node_s_many_ports_and_gpus_are_cut_into_records_under_the_size_bound() -> None:
+    round_: list[C4Model] = [link("n1", f"mlx5_{i}:1", counters=12) for i in range(2000)]
+    round_ += [gpu("n1", i, xids=200) for i in range(2000)]
+    packed = pack_round(round_)
+    assert [kind_of(m) for m in packed].count("links") > 1 and [kind_of(m) for m in packed].count(
+        "gpus"
+    ) > 1
+    for batch in packed:
+        assert len(encode(batch)) <= MAX_BATCH_BYTES
+    assert unpacked(packed) == round_
+
+
+def test_a_stream_s_batches_take_their_first_message_s_place_and_wait_for_nothing_later() -> None:
+    stream = [
+        neighbours("n0", ts_ns=5),
+        collective("a", 0, ts_ns=10), link("n1", "p0"), neighbours("n1"), gpu("n1", 0),
+        link("n2", "p0"), link("n1", "p1"), gpu("n1", 1), collective("a", 1, ts_ns=10),
+        neighbours("n3", ts_ns=20), link("n1", "p0", ts_ns=20), link("n1", "p1", ts_ns=20),
+        link("n1", "p0", ts_ns=30),
+    ]  # fmt: skip
+    packed = list(pack_stream(stream))
+    assert shape(packed) == [
+        ("neighbours", "n0"),
+        ("collectives", "a"), ("links", "n1"), ("neighbours", "n1"), ("gpus", "n1"),
+        ("links", "n2"),
+        ("neighbours", "n3"), ("links", "n1"),
+        ("links", "n1"),
+    ]  # fmt: skip
+    assert [int(getattr(m, "ts_ns", 0)) for m in packed] == [5, 10, 10, 10, 10, 10, 20, 20, 30]
+    assert [len(m.messages) for m in packed if isinstance(m, Links)] == [2, 1, 2, 1]
+    assert sorted(map(encode, unpacked(packed))) == sorted(map(encode, stream))
+
+
+def test_a_packed_simulated_run_reads_as_the_unpacked_run_element_by_element() -> None:
+    scenario = scenario_from(
+        {
+            "seed": 5,
+            "duration_s": 12,
+            "jobs": [{"id": "job-1", "ranks": 32, "parallel": {"tp": 8, "pp": 2}}],
+            "faults": [{"type": "gpu_stop", "job": "job-1", "rank": 3, "at_s": 4}],
+        }
+    )
+    messages = list(simulate(None, scenario))
+    packed = list(pack_stream(messages))
+    assert not any(isinstance(m, Collective | Link | Gpu) for m in packed)
+    links = sum(isinstance(m, Link) for m in messages)
+    assert sum(isinstance(m, Links) for m in packed) * 8 <= links
+    assert [encode(m) for m in unpacked(packed)] == [encode(m) for m in messages]
+    for batch in packed:
+        if isinstance(batch, Links | Gpus):
+            assert {(m.node, m.ts_ns) for m in batch.messages} == {(batch.node, batch.ts_ns)}
+
+
+def test_replaying_a_packed_run_with_hardware_faults_finds_what_the_unpacked_run_finds(
+    tmp_path: Path,
+) -> None:
+    # A node_down's detection time depends on the element order within one instant: with
+    # a node's collectives batch behind its link reports, it came 0.45 s late.
+    scenario = {
+        "seed": 3,
+        "duration_s": 50,
+        "jobs": [
+            {"id": "job-1", "ranks": 32, "parallel": {"tp": 8, "pp": 2}},
+            {"id": "job-2", "ranks": 16},
+        ],
+        "faults": [
+            {
+                "type": "port_degraded", "node": "node-001", "port": "mlx5_2:1", "at_s": 8,
+                "until_s": 20, "factor": 0.4, "symbol_err_per_s": 50,
+            },
+            {"type": "node_down", "node": "node-004", "at_s": 20},
+            {"type": "process_stuck", "job": "job-1", "rank": 17, "at_s": 30},
+        ],
+    }  # fmt: skip
+    spec = tmp_path / "scenario.json"
+    spec.write_bytes(orjson.dumps(scenario))
+    found = {}
+    for name, extra in (("single", []), ("packed", ["--batch"])):
+        out = tmp_path / f"{name}.jsonl"
+        c4("simulate", "--scenario", str(spec), "--out", str(out), *extra)
+        found[name] = c4("diagnose", str(out))
+    packed = (tmp_path / "packed.jsonl").read_bytes()
+    assert b'"kind":"links"' in packed and b'"kind":"gpus"' in packed
+    singles = (b'{"v":1,"kind":"link",', b'{"v":1,"kind":"gpu",')
+    assert not any(line.startswith(singles) for line in packed.splitlines())
+    assert found["packed"] == found["single"]
+    for finding in (b"link_degraded", b"node_down", b"noncomm_hang"):
+        assert b'"class":"' + finding + b'"' in found["single"]
+
+
+def test_the_publisher_sends_a_node_s_batch_to_its_topic_keyed_by_the_node(
+    tmp_path: Path,
+) -> None:
+    links = pack_round([link("node-007", "p0"), link("node-007", "p1")])[0]
+    gpus = pack_round([gpu("node-007", 0), gpu("node-007", 1)])[0]
+    published = [links, gpus, link("node-007", "p0"), gpu("node-007", 0)]
+    with socket.socket() as silent:  # a broker that takes connections and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        bootstrap = f"127.0.0.1:{silent.getsockname()[1]}"
+        publisher = Publisher({"bootstrap.servers": bootstrap}, "staging.", DiskSpool(tmp_path))
+        for message in published:
+            publisher.publish(message)
+        assert publisher.close(0.0) == len(published)
+    back = DiskSpool(tmp_path).take(10)  # in order per topic (librdkafka purges by topic)
+    assert sorted((r.topic, r.key, r.value) for r in back) == sorted(
+        [
+            ("staging.c4.link.v1", b"node-007", encode(links)),
+            ("staging.c4.gpu.v1", b"node-007", encode(gpus)),
+            ("staging.c4.link.v1", b"node-007", encode(published[2])),
+            ("staging.c4.gpu.v1", b"node-007", encode(published[3])),
+        ]
+    )
+    assert not any(record.heartbeat for record in back)
+
+
+class Ports:
+    """A source of node n1's two ports and two GPUs, as the sysfs and NVML sources read them."""
+
+    name, interval_s = "ports", 1.0
+
+    def read(self, now_ns: int) -> Reading:
+        return Reading(
+            messages=[link("n1", "p0", now_ns), link("n1", "p1", now_ns), gpu("n1", 0, now_ns),
+                      gpu("n1", 1, now_ns)]
+        )  # fmt: skip
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_agent_sends_one_links_and_one_gpus_record_per_round_only_when_batching() -> None:
+    for pack, kinds in ((True, ["links", "gpus"]), (False, ["link", "link", "gpu", "gpu"])):
+        sent: list[C4Model] = []
+        agent = Agent([Ports()], sent.append, print, clock_ns=lambda: 5, pack=pack, node="n1")
+        assert agent.run_once() == 4 and agent.counts.messages == 4
+        assert [kind_of(m) for m in sent] == kinds
+        assert unpacked(sent) == Ports().read(5).messages
