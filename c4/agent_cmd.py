@@ -294,8 +294,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--batch",
         action="store_true",
-        help="each round's collective messages as one collectives record per job (one "
-        "streams worker only: see docs/guarantees.md)",
+        help="each round's collective messages as one collectives record per job, its link "
+        "and GPU messages as one links and one gpus record (one streams worker only: see "
+        "docs/guarantees.md)",
     )
     parser.add_argument(
         "--presence-s",

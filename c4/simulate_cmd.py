@@ -32,8 +32,9 @@ BATCH = 4096  # lines per write: fewer system calls, bounded memory
 def run_messages(
     cluster: Cluster, scenario: Scenario, pack: bool, shown: bool = False
 ) -> Iterator[C4Model]:
-    """The run's messages in event time; with ``pack``, collectives batched as agents do;
-    with ``shown``, a bar of the event time reached on stderr while it is a terminal."""
+    """The run's messages in event time; with ``pack``, collective, link and GPU messages
+    batched as agents do; with ``shown``, a bar of the event time reached on stderr while it
+    is a terminal."""
     messages = simulate_cluster(cluster, scenario)
     if shown:
         start = scenario.start_ns
@@ -177,7 +178,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--batch",
         action="store_true",
         help="each interval's collective messages as one collectives record per job and node, "
-        "as node agents send them",
+        "its link and GPU messages as one links and one gpus record per node, as node agents "
+        "send them",
     )
     parser.add_argument(
         "--follow-plans",

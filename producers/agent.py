@@ -45,8 +45,10 @@ class Agent:
     """Schedules sources; every message goes to ``sink``, every report line to ``report``.
 
     With ``pack``, the collective messages of one source round (one interval of this node)
-    go to ``sink`` as one ``collectives`` batch per job; ``node`` names the node in the
-    batches. Off by default: two streams workers sharing a topic of batch records stopped
+    go to ``sink`` as one ``collectives`` batch per job (``node`` names the node in them),
+    its link messages as one ``links`` batch and its GPU messages as one ``gpus`` batch
+    (each named by its messages' node), every batch where its first message was. Off by
+    default: two streams workers sharing a topic of batch records stopped
     taking records after a rebalance in about 4 of 10 runs here (one record per message:
     none in 6); see docs/guarantees.md.
 
