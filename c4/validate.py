@@ -19,8 +19,9 @@ def validate_lines(
 ) -> tuple[int, int]:
     """Print ``line N: <reason>`` for each rejected input; returns (valid, rejected) counts.
 
-    Each message of a ``collectives`` batch counts (and is rejected) on its own, as the
-    streams worker takes it: ``line 3: messages[2].rank: 20 >= comm_size 16``.
+    Each message of a batch (``collectives``, ``links``, ``gpus``) counts (and is rejected)
+    on its own, as the streams worker takes it: ``line 3: messages[2].rank: 20 >= comm_size
+    16``.
     """
     valid = rejected = 0
     for number, raw in json_lines(stream, name):
