@@ -4,16 +4,22 @@ keeps up with, and so the largest such job it can follow.
 For each size, a data-parallel job (one group over every rank, a tensor-parallel group per
 node, about 10 operations per rank per second, one GPU slowed; `bench_replay_scale`'s
 ``dp`` shape) is simulated for ``--duration-s`` of event time, its records as node agents
-send them (``collectives`` batches per node and interval, link and GPU reports). They are
-preloaded into fresh topics of the local broker and drained by one worker process of this
-tree, then (``--baseline REF``) by one of that commit's tree, compiled as this one is, from
-the same topics. The rate is the worker's own operations counter over the steady part
-(10% to 90% of the job's operations). A worker keeps up with a job whose offered rate
-(operations per rank per second x ranks) is below its rate: the largest job it follows at
-R operations per rank per second is its rate / R ranks. One job is one partition of the
-collective topic: a second worker takes none of its load (issue 34, part 2, not built).
+send them (``collectives``, ``links`` and ``gpus`` batches per node and interval), and
+again with each link and GPU report in a record of its own (as agents sent them before the
+``links`` and ``gpus`` batches). For each drain, fresh topics are created, ``--workers``
+worker processes of one group start on them, and once each holds its partitions the job
+is produced at full speed and drained. The batched job is drained by 1 and 2 workers of
+this tree; the unbatched one by 1 worker of this tree and of the ``--baseline REF`` commit
+(which knows no ``links`` or ``gpus`` batch), compiled as this one is.
 
-    python bench/bench_live_job.py [--ranks 1024,4096] [--duration-s 20] [--baseline REF]
+The rate is the workers' operations counters over the steady part (10% to 90% of the job's
+operations). A worker keeps up with a job whose offered rate (operations per rank per
+second x ranks) is below its rate: the largest job it follows at R operations per rank per
+second is its rate / R ranks. One job's collective reports are one partition: a second
+worker takes only the node-keyed work (link and GPU reports) off the job's worker; the
+job CPU column says how much of the work stays with it (issue 34, part 2).
+
+    python bench/bench_live_job.py [--ranks 1024,4096] [--workers 1,2] [--baseline REF]
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,40 +48,95 @@ MiB = 1 << 20
 
 
 @dataclass(frozen=True)
-class Recorded:
-    """A simulated job preloaded into topics: how much it holds."""
+class Simulated:
+    """A simulated job's records, as agents send them: (topic, key, value) in order."""
 
     ranks: int
-    prefix: str
-    records: int
+    node_batches: bool
+    records: list[tuple[str, bytes, bytes]]
     operations: int
     event_s: float
 
 
 @dataclass(frozen=True)
 class Drained:
-    """One worker draining the preloaded job."""
+    """Workers draining the job: their rate, and how the work spread over them."""
 
     ops_per_s: float
     seconds: float
-    peak_mib: float
+    peak_mib: float  # the largest worker's
+    job_cpu_share: float  # the worker that holds the job's collective partition
 
 
-def record(work: Path, ranks: int, duration_s: float) -> Recorded:
-    """Simulate the job, batched as agents send it, and produce every record to its topic."""
+def simulate_job(work: Path, ranks: int, duration_s: float, node_batches: bool) -> Simulated:
+    """Simulate the job, batched as agents send it (``c4 simulate --batch``).
+
+    ``node_batches`` False: each link and GPU message in a record of its own, as agents
+    sent them before the ``links`` and ``gpus`` batches (and as other producers may)."""
     spec = work / f"dp-{ranks}.json"
     spec.write_bytes(orjson.dumps(data_parallel(ranks, duration_s)))
     out = work / f"dp-{ranks}.jsonl"
-    subprocess.run(  # noqa: S603 -- this interpreter, our own command
-        [sys.executable, "-m", "c4.cli", "simulate", "--scenario", str(spec), "--batch"]
-        + ["--out", str(out)],
-        cwd=REPO,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    if not out.exists():
+        subprocess.run(  # noqa: S603 -- this interpreter, our own command
+            [sys.executable, "-m", "c4.cli", "simulate", "--scenario", str(spec), "--batch"]
+            + ["--out", str(out)],
+            cwd=REPO,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    records: list[tuple[str, bytes, bytes]] = []
+    operations = 0
+    first = last = None
+    with out.open("rb") as lines:
+        for line in lines:
+            message = orjson.loads(line)
+            kind = message["kind"]
+            key = message.get("job") if kind in ("collectives", "job") else message.get("node")
+            topic = TOPICS_BY_KIND[kind].name
+            if kind == "collectives":
+                for inner in message["messages"]:
+                    operations += len(inner["ops"]["seq"])
+            if kind in ("collectives", "link", "links"):
+                first = message["ts_ns"] if first is None else first
+                last = message["ts_ns"]
+            if kind in ("links", "gpus") and not node_batches:
+                values = [orjson.dumps(inner) for inner in message["messages"]]
+            else:
+                values = [line.rstrip()]
+            records.extend((topic, str(key).encode(), value) for value in values)
+    event_s = ((last or 0) - (first or 0)) / 1e9
+    return Simulated(ranks, node_batches, records, operations, event_s)
+
+
+def produce(job: Simulated, prefix: str) -> None:
+    """Every record of the job to its topic under ``prefix``, as fast as the broker takes."""
+    sink = producer()
+    for topic, key, value in job.records:
+        while True:
+            try:
+                sink.produce(prefix + topic, key=key, value=value)
+                break
+            except BufferError:
+                sink.poll(0.05)
+        sink.poll(0)
+    sink.flush(120)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def drain(tree: Path, job: Simulated, work: Path, workers: int) -> Drained:
+    """``workers`` workers of ``tree`` in one group on fresh topics; once each holds its
+    partitions, the job is produced and drained. Their rate over the steady part, the
+    largest one's peak memory, and the share of their CPU time the job's worker took."""
     prefix = f"bench.live.{uuid.uuid4().hex[:6]}."
-    env = dict(os.environ, C4_TOPIC_PREFIX=prefix, C4_KAFKA_BOOTSTRAP=BOOTSTRAP)
+    env = dict(
+        os.environ, PYTHONPATH=str(tree), C4_TOPIC_PREFIX=prefix, C4_KAFKA_BOOTSTRAP=BOOTSTRAP
+    )
     subprocess.run(  # noqa: S603 -- our own command
         [sys.executable, "-m", "c4.cli", "topics", "create", "--retention-ms", "3600000"],
         env=env,
@@ -82,73 +144,76 @@ def record(work: Path, ranks: int, duration_s: float) -> Recorded:
         check=True,
         capture_output=True,
     )
-    sink = producer()
-    records = operations = 0
-    first = last = None
-    with out.open("rb") as lines:
-        for line in lines:
-            message = orjson.loads(line)
-            kind = message["kind"]
-            key = message.get("job") if kind in ("collectives", "job") else message.get("node")
-            topic = TOPICS_BY_KIND["collective" if kind == "collectives" else kind].name
-            for inner in message.get("messages", ()):
-                operations += len(inner["ops"]["seq"])
-            if kind in ("collectives", "link"):
-                first = message["ts_ns"] if first is None else first
-                last = message["ts_ns"]
-            while True:
-                try:
-                    sink.produce(prefix + topic, key=str(key).encode(), value=line.rstrip())
-                    break
-                except BufferError:
-                    sink.poll(0.05)
-            records += 1
-            sink.poll(0)
-    sink.flush(120)
-    event_s = ((last or 0) - (first or 0)) / 1e9
-    return Recorded(ranks, prefix, records, operations, event_s)
-
-
-def drain(tree: Path, job: Recorded, log: Path) -> Drained:
-    """One worker of ``tree`` on the job's topics, from the start, until every operation is
-    counted; its rate over the steady part and its peak memory."""
-    port = free_port()
     app_id = f"bench-live-{uuid.uuid4().hex[:6]}"
-    env = dict(
-        os.environ,
-        PYTHONPATH=str(tree),
-        C4_TOPIC_PREFIX=job.prefix,
-        C4_KAFKA_BOOTSTRAP=BOOTSTRAP,
-    )
-    argv = [
-        *(sys.executable, "-m", "c4.cli", "streams", "worker", "--app-id", app_id),
-        *("--metrics-port", str(port), "--web-port", str(free_port()), "--loglevel", "warn"),
-    ]
-    with log.open("wb") as out:
-        process = subprocess.Popen(argv, env=env, cwd=tree, stdout=out, stderr=out)  # noqa: S603
+    ports = [free_port() for _ in range(workers)]
+    processes = []
+    for index, port in enumerate(ports):
+        argv = [
+            *(sys.executable, "-m", "c4.cli", "streams", "worker", "--app-id", app_id),
+            *("--metrics-port", str(port), "--web-port", str(free_port()), "--loglevel", "warn"),
+        ]
+        with (work / f"{app_id}-{index}.log").open("wb") as out:
+            processes.append(
+                subprocess.Popen(argv, env=env, cwd=tree, stdout=out, stderr=out)  # noqa: S603
+            )
     name = 'c4_stream_operations_total{training_job="job-dp"}'
-    marks: list[tuple[float, float]] = []
+    marks: list[tuple[float, float, list[float], list[float]]] = []
     try:
+        _wait_assigned(ports, processes)
+        produce(job, prefix)
         deadline = time.monotonic() + 1800
         count = 0.0
         while count < job.operations and time.monotonic() < deadline:
-            if process.poll() is not None:
-                message = f"the worker exited: {log.read_text()[-2000:]}"
+            if any(process.poll() is not None for process in processes):
+                message = f"a worker exited; logs in {work}"
                 raise RuntimeError(message)
-            count = metric(port, name)
-            marks.append((time.monotonic(), count))
+            counts = [metric(port, name) for port in ports]
+            count = sum(counts)
+            cpu = [cpu_seconds(process.pid) for process in processes]
+            marks.append((time.monotonic(), count, counts, cpu))
             time.sleep(0.2)
-        peak = peak_rss_mib(process.pid)
+        peak = max(peak_rss_mib(process.pid) for process in processes)
     finally:
-        process.terminate()
-        process.wait(60)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(60)
     if count < job.operations:
-        message = f"the worker took {count:.0f} of {job.operations} operations in 30 minutes"
+        message = f"the workers took {count:.0f} of {job.operations} operations in 30 minutes"
         raise RuntimeError(message)
     low, high = 0.1 * job.operations, 0.9 * job.operations
-    t_low = min(t for t, c in marks if c >= low)
-    t_high = min(t for t, c in marks if c >= high)
-    return Drained((high - low) / max(t_high - t_low, 1e-9), t_high - t_low, peak)
+    start = next(mark for mark in marks if mark[1] >= low)
+    end = next(mark for mark in marks if mark[1] >= high)
+    spent = [after - before for before, after in zip(start[3], end[3], strict=True)]
+    job_worker = max(range(workers), key=lambda index: end[2][index])
+    share = spent[job_worker] / max(sum(spent), 1e-9)
+    return Drained((high - low) / max(end[0] - start[0], 1e-9), end[0] - start[0], peak, share)
+
+
+def _wait_assigned(ports: list[int], processes: list[subprocess.Popen[bytes]]) -> None:
+    """Until every worker reports consumer lag of some topic (it holds partitions) and a
+    few seconds more for the group to settle."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if any(process.poll() is not None for process in processes):
+            message = "a worker exited before the drain"
+            raise RuntimeError(message)
+        if all(_holds_partitions(port) for port in ports):
+            time.sleep(3)
+            return
+        time.sleep(0.5)
+    message = "the workers did not all get partitions in 2 minutes"
+    raise RuntimeError(message)
+
+
+def _holds_partitions(port: int) -> bool:
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback
+            text = response.read().decode()
+    except OSError:
+        return False
+    return any(line.startswith("c4_stream_consumer_lag{") for line in text.splitlines())
 
 
 def main() -> int:
@@ -156,47 +221,57 @@ def main() -> int:
     parser.add_argument("--ranks", default="1024,4096")
     parser.add_argument("--duration-s", type=float, default=20.0, help="event time simulated")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", default="1,2", help="worker counts to drain with")
     parser.add_argument("--baseline", default=None, help="commit to compare against")
     args = parser.parse_args()
     sizes = [int(size) for size in args.ranks.split(",")]
+    counts = [int(count) for count in args.workers.split(",")]
     work = Path(tempfile.mkdtemp(prefix="c4-bench-live-job-"))
-    trees = [("this tree", REPO)]
+    baseline = None
     if args.baseline:
         baseline = export(args.baseline, work)
         build_baseline(baseline)
-        trees.append((f"baseline {args.baseline}", baseline))
     core = native.build_status()
     load = os.getloadavg()[0]
     print(
-        f"one data-parallel job live, one worker, preloaded and drained; "
-        f"{args.duration_s:.0f} s of event time; medians of {args.repeats}; "
-        f"detection core: {core}; load average {load:.1f} at the start"
+        f"one data-parallel job live, produced at full speed into fresh topics and drained by "
+        f"workers in one group; {args.duration_s:.0f} s of event time; medians of "
+        f"{args.repeats}; detection core: {core}; load average {load:.1f} at the start"
     )
-    header = (
-        f"{'ranks':>6} {'records':>8} {'ops':>10} {'ops/rank/s':>10} {'tree':<18}"
-        f" {'ops/s':>9} {'drain s':>8} {'peak MiB':>9} {'keeps up':>8} {'largest job':>12}"
+    print(
+        f"{'ranks':>6} {'hardware':>8} {'records':>8} {'ops':>10} {'ops/rank/s':>10} "
+        f"{'tree':<18} {'workers':>7} {'ops/s':>9} {'drain s':>8} {'peak MiB':>9} "
+        f"{'job CPU':>8} {'keeps up':>8} {'largest job':>12}"
     )
-    print(header)
     for ranks in sizes:
-        job = record(work, ranks, args.duration_s)
-        offered = job.operations / job.event_s
-        per_rank = offered / ranks
-        for label, tree in trees:
-            runs = [drain(tree, job, work / f"worker-{ranks}-{i}.log") for i in range(args.repeats)]
+        batched = simulate_job(work, ranks, args.duration_s, node_batches=True)
+        single = simulate_job(work, ranks, args.duration_s, node_batches=False)
+        plan = [("this tree", REPO, batched, count) for count in counts]
+        plan.append(("this tree", REPO, single, 1))
+        if baseline is not None:  # it knows no links or gpus batches
+            plan.append((f"baseline {args.baseline}", baseline, single, 1))
+        for label, tree, job, workers in plan:
+            offered = job.operations / job.event_s
+            per_rank = offered / ranks
+            runs = [drain(tree, job, work, workers) for _ in range(args.repeats)]
             rate = statistics.median(run.ops_per_s for run in runs)
             seconds = statistics.median(run.seconds for run in runs)
             peak = statistics.median(run.peak_mib for run in runs)
+            share = statistics.median(run.job_cpu_share for run in runs)
             keeps = "yes" if rate >= offered else "no"
+            hardware = "batched" if job.node_batches else "single"
             print(
-                f"{ranks:>6} {job.records:>8,} {job.operations:>10,} {per_rank:>10.1f} "
-                f"{label:<18} {rate:>9,.0f} {seconds:>8.1f} {peak:>9.0f} {keeps:>8} "
-                f"{rate / per_rank:>12,.0f}",
+                f"{ranks:>6} {hardware:>8} {len(job.records):>8,} {job.operations:>10,} "
+                f"{per_rank:>10.1f} {label:<18} {workers:>7} {rate:>9,.0f} {seconds:>8.1f} "
+                f"{peak:>9.0f} {share:>8.0%} {keeps:>8} {rate / per_rank:>12,.0f}",
                 flush=True,
             )
     print(
-        "ops/s: the worker's operations counter over 10%-90% of the job's operations;"
-        " keeps up: ops/s >= the job's offered rate (ops/rank/s x ranks);"
-        " largest job: ops/s / (ops/rank/s), in ranks"
+        "hardware: link and GPU reports in one record per node and interval (links, gpus"
+        " batches) or one record each; ops/s: the workers' operations counters over 10%-90%"
+        " of the job's operations; job CPU: the share of the workers' CPU time (10%-90%) that"
+        " the worker holding the job's collective partition took; keeps up: ops/s >= the"
+        " job's offered rate (ops/rank/s x ranks); largest job: ops/s / (ops/rank/s), in ranks"
     )
     print(f"load average {os.getloadavg()[0]:.1f} at the end; logs: {work}", file=sys.stderr)
     return 0
