@@ -211,7 +211,7 @@ class DetectionFlow:
         # The job topic's partitions owned elsewhere whose placements the facts lacked at
         # the timer's last measurement (asked of the broker: only there); None before one.
         self._placements_elsewhere: set[int] | None = None
-        self.app = _app(config, topics, self.feed, metrics)
+        self.app = _app(config, topics, self.feed_record, metrics)
         tables = StateTables.create(self.app, config.partitions)
         self.facts = TableFacts(tables.shared)
         self.stage = Engine(
@@ -275,8 +275,28 @@ class DetectionFlow:
         self.metrics.set_open_findings(self.stage.open_findings() + self._fabric.open_findings())
 
     async def feed(self, key: str | None, message: C4Model) -> None:
-        """One decoded input record: note its offset, detect, share its facts, publish."""
+        """One decoded input message: note its offset, detect, share its facts, publish."""
+        found = self._take(message, current_event())
+        await self._send(found)
+
+    async def feed_record(
+        self, key: str | None, messages: list[C4Model]
+    ) -> list[tuple[int, Exception]]:
+        """A record's decoded messages, each as `feed` takes one, in order; what they found
+        is published after the last. Those that failed, for dead letters."""
         event = current_event()
+        found: list[Diagnosis] = []
+        failed: list[tuple[int, Exception]] = []
+        for index, message in enumerate(messages):
+            try:
+                found.extend(self._take(message, event))
+            except Exception as error:  # noqa: BLE001 - one bad message must not stop the rest
+                log.exception("detection failed on a message keyed %s", key)
+                failed.append((index, error))
+        await self._send(found)
+        return failed
+
+    def _take(self, message: C4Model, event: Any) -> list[Diagnosis]:
         if event is not None:
             self.lag.record(
                 event.message.tp,
@@ -288,7 +308,12 @@ class DetectionFlow:
             self.remeasure()
         found = self.live.on_message(message)
         self.facts.learn(message, self.stage)
-        await self.publish(found)
+        return found
+
+    async def _send(self, found: list[Diagnosis]) -> None:
+        """Publish diagnoses, then the placements assembled from member reports."""
+        if found:
+            await self.publish(found)
         for placement in self.stage.drain_placements():
             # Assembled from the ranks' reports: on the job topic for the action workers
             # (and back to this worker, where the same placement changes nothing).
@@ -359,16 +384,17 @@ class DetectionFlow:
 def _app(
     config: DetectionConfig,
     topics: WorkerTopics,
-    feed: Callable[[str | None, C4Model], Awaitable[None]],
+    feed: Callable[[str | None, list[C4Model]], Awaitable[list[tuple[int, Exception]]]],
     metrics: StreamMetrics,
 ) -> faust.App:
-    """The Faust app of a worker: decoding agents that hand every input record to ``feed``."""
+    """The Faust app of a worker: decoding agents that hand every input record's messages
+    to ``feed``."""
     return create_app(
         config.app_id,
         config.broker,
         partitions=config.partitions,
         topic_names=topics.names,
-        handlers={topic.kind: feed for topic in INPUT_TOPICS},
+        record_handlers={topic.kind: feed for topic in INPUT_TOPICS},
         on_reject=lambda topic, rejection: metrics.rejected.labels(
             topic, rejection.code.value
         ).inc(),

@@ -36,16 +36,17 @@ async def send_dead_letter(
     await deadletters.send(key=(key or "").encode(), value=encode(letter))
 
 
-async def decoded(
+async def decoded_records(
     stream: Any,
     topic_name: str,
     kind: str,
     deadletters: Any,
     on_reject: Callable[[str, Rejection], None] | None = None,
-) -> AsyncIterator[tuple[str | None, C4Model, bytes | None]]:
-    """Yield ``(key, model, raw)`` for every valid message of ``stream``; dead-letter the rest.
+) -> AsyncIterator[tuple[str | None, list[tuple[C4Model, bytes | None]]]]:
+    """Yield ``(key, [(model, raw), ...])`` for each record of ``stream`` with a valid
+    message; dead-letter the rest.
 
-    A batch record yields each of its valid messages (``raw`` None: the message is not the
+    A batch record yields its valid messages together (``raw`` None: the message is not the
     record) and dead-letters each invalid one alone, with its own JSON as the payload.
     """
     async for event in stream.events():
@@ -61,6 +62,7 @@ async def decoded(
             detail = f"{type(error).__name__}: {error}"
             results = [Rejected(Rejection(RejectCode.PROCESSING_FAILED, "", detail), raw)]
         whole = raw if len(results) == 1 else None
+        taken: list[tuple[C4Model, bytes | None]] = []
         for result in results:
             if isinstance(result, Rejected):
                 log.warning("rejected record on %s: %s", topic_name, result.reason)
@@ -70,9 +72,25 @@ async def decoded(
                     deadletters, topic_name, key, result.payload, result.rejection
                 )
                 continue
-            yield key, result, whole
+            taken.append((result, whole))
+        if taken:
+            yield key, taken
         # Give the event loop a turn after each record. While the stream's buffer holds
         # records, Faust hands them over without yielding, so a worker behind by a batch
         # backlog (tens of messages per record) would keep the loop for minutes: its timer,
         # offset commits and rebalance callbacks starve, and a rebalance never completes.
         await asyncio.sleep(0)
+
+
+async def decoded(
+    stream: Any,
+    topic_name: str,
+    kind: str,
+    deadletters: Any,
+    on_reject: Callable[[str, Rejection], None] | None = None,
+) -> AsyncIterator[tuple[str | None, C4Model, bytes | None]]:
+    """Yield ``(key, model, raw)`` for every valid message of ``stream``; dead-letter the
+    rest (`decoded_records`, message by message)."""
+    async for key, taken in decoded_records(stream, topic_name, kind, deadletters, on_reject):
+        for model, raw in taken:
+            yield key, model, raw
