@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, Self
 
 from pydantic import Field, JsonValue, model_validator
@@ -287,17 +288,27 @@ def not_the_batch_node(node: str, batch_node: str) -> str:
     return f"{node!r} is not the batch's node {batch_node!r}"
 
 
+# The rules of a node's batch (links, gpus): its elements are that node's.
+_NODE_BATCH_CONFIG = C4Model.model_config | {
+    "json_schema_extra": {
+        "x-c4-rules": [
+            "every messages[i].node equals node",
+            "an invalid messages[i] is rejected alone; the others are taken",
+        ]
+    }
+}
+
+
+def _of_the_node(messages: Sequence[Link | Gpu], node: str) -> None:
+    for index, message in enumerate(messages):
+        if message.node != node:
+            broken_rule(f"messages[{index}].node", not_the_batch_node(message.node, node))
+
+
 class Links(C4Model):
     """A node's link messages of one interval (one per port), in one Kafka record."""
 
-    model_config = C4Model.model_config | {
-        "json_schema_extra": {
-            "x-c4-rules": [
-                "every messages[i].node equals node",
-                "an invalid messages[i] is rejected alone; the others are taken",
-            ]
-        }
-    }
+    model_config = _NODE_BATCH_CONFIG
 
     v: Literal[1]
     kind: Literal["links"]
@@ -307,9 +318,7 @@ class Links(C4Model):
 
     @model_validator(mode="after")
     def _check_nodes(self) -> Self:
-        for index, message in enumerate(self.messages):
-            if message.node != self.node:
-                broken_rule(f"messages[{index}].node", not_the_batch_node(message.node, self.node))
+        _of_the_node(self.messages, self.node)
         return self
 
 
@@ -369,14 +378,7 @@ class Gpu(C4Model):
 class Gpus(C4Model):
     """A node's GPU messages of one interval (one per GPU), in one Kafka record."""
 
-    model_config = C4Model.model_config | {
-        "json_schema_extra": {
-            "x-c4-rules": [
-                "every messages[i].node equals node",
-                "an invalid messages[i] is rejected alone; the others are taken",
-            ]
-        }
-    }
+    model_config = _NODE_BATCH_CONFIG
 
     v: Literal[1]
     kind: Literal["gpus"]
@@ -386,9 +388,7 @@ class Gpus(C4Model):
 
     @model_validator(mode="after")
     def _check_nodes(self) -> Self:
-        for index, message in enumerate(self.messages):
-            if message.node != self.node:
-                broken_rule(f"messages[{index}].node", not_the_batch_node(message.node, self.node))
+        _of_the_node(self.messages, self.node)
         return self
 
 

@@ -104,13 +104,7 @@ def _decoding_agent(
                 await handler(key, message)
             except Exception as error:  # noqa: BLE001 - one bad record must not stop the agent
                 log.exception("handler for %s failed on a record keyed %s", kind, key)
-                failure = Rejection(
-                    RejectCode.PROCESSING_FAILED, "", f"{type(error).__name__}: {error}"
-                )
-                if on_reject is not None:
-                    on_reject(topic_name, failure)
-                payload = raw if raw is not None else encode(message)
-                await send_dead_letter(deadletters, topic_name, key, payload, failure)
+                await _failed(deadletters, topic_name, key, (message, raw), error, on_reject)
 
     agent.__name__ = f"decode_{kind}"
     return agent
@@ -134,14 +128,25 @@ def record_agent(
                 log.exception("handler for %s failed on a record keyed %s", kind, key)
                 failed = [(index, error) for index in range(len(taken))]
             for index, cause in failed:
-                failure = Rejection(
-                    RejectCode.PROCESSING_FAILED, "", f"{type(cause).__name__}: {cause}"
-                )
-                if on_reject is not None:
-                    on_reject(topic_name, failure)
-                model, raw = taken[index]
-                payload = raw if raw is not None else encode(model)
-                await send_dead_letter(deadletters, topic_name, key, payload, failure)
+                await _failed(deadletters, topic_name, key, taken[index], cause, on_reject)
 
     agent.__name__ = f"decode_{kind}"
     return agent
+
+
+async def _failed(
+    deadletters: Any,
+    topic_name: str,
+    key: str | None,
+    taken: tuple[C4Model, bytes | None],
+    error: Exception,
+    on_reject: Callable[[str, Rejection], None] | None,
+) -> None:
+    """The dead letter of a message detection failed on: the record's bytes when it was
+    the whole record, else the message's own JSON."""
+    failure = Rejection(RejectCode.PROCESSING_FAILED, "", f"{type(error).__name__}: {error}")
+    if on_reject is not None:
+        on_reject(topic_name, failure)
+    message, raw = taken
+    payload = raw if raw is not None else encode(message)
+    await send_dead_letter(deadletters, topic_name, key, payload, failure)
