@@ -6,6 +6,7 @@ from pathlib import Path
 
 import orjson
 
+from schemas.records import BATCHES
 from tests.contract import contract_examples
 from tests.invalid_cases import invalid_cases
 
@@ -23,8 +24,10 @@ def test_all_valid_exits_zero(tmp_path: Path) -> None:
     result = run_c4("validate", str(path))
     assert result.returncode == 0, result.stderr
     assert result.stdout == b""
-    # One example per kind, the collectives batch counting as its two messages.
-    assert b"15 valid, 0 rejected" in result.stderr
+    # One example per kind, a batch (collectives, links, gpus) counting as its messages.
+    examples = contract_examples()
+    count = sum(len(e["messages"]) if kind in BATCHES else 1 for kind, e in examples.items())
+    assert f"{count} valid, 0 rejected".encode() in result.stderr
 
 
 def test_rejected_lines_are_numbered_and_exit_one() -> None:
