@@ -215,9 +215,10 @@ class Collective(C4Model):
         )
 
 
-def not_the_batch_job(job: str, batch_job: str) -> str:
-    """Why a message cannot be in a batch of another job (its key: the batch's job)."""
-    return f"{job!r} is not the batch's job {batch_job!r}"
+def not_of_the_batch(field: str, value: str, batch_value: str) -> str:
+    """Why a message cannot be in a batch of another job or node (``field``: the batch's
+    key, which every element shares)."""
+    return f"{value!r} is not the batch's {field} {batch_value!r}"
 
 
 # A batch carries one node's messages of one job for one interval: 8 GPUs x a few tens of
@@ -249,7 +250,8 @@ class Collectives(C4Model):
     def _check_jobs(self) -> Self:
         for index, message in enumerate(self.messages):
             if message.job != self.job:
-                broken_rule(f"messages[{index}].job", not_the_batch_job(message.job, self.job))
+                why = not_of_the_batch("job", message.job, self.job)
+                broken_rule(f"messages[{index}].job", why)
         return self
 
 
@@ -283,11 +285,6 @@ class Link(C4Model):
     counters: LinkCounters
 
 
-def not_the_batch_node(node: str, batch_node: str) -> str:
-    """Why a message cannot be in a batch of another node (its key: the batch's node)."""
-    return f"{node!r} is not the batch's node {batch_node!r}"
-
-
 # The rules of a node's batch (links, gpus): its elements are that node's.
 _NODE_BATCH_CONFIG = C4Model.model_config | {
     "json_schema_extra": {
@@ -302,7 +299,7 @@ _NODE_BATCH_CONFIG = C4Model.model_config | {
 def _of_the_node(messages: Sequence[Link | Gpu], node: str) -> None:
     for index, message in enumerate(messages):
         if message.node != node:
-            broken_rule(f"messages[{index}].node", not_the_batch_node(message.node, node))
+            broken_rule(f"messages[{index}].node", not_of_the_batch("node", message.node, node))
 
 
 class Links(C4Model):

@@ -13,6 +13,7 @@ worker, ``c4 diagnose``, ``c4 validate``) goes through `decode_record`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import orjson
@@ -29,8 +30,7 @@ from schemas.fastpath import decode_hot_batch
 from schemas.messages import (
     MAX_BATCH_MESSAGES,
     Collectives,
-    not_the_batch_job,
-    not_the_batch_node,
+    not_of_the_batch,
 )
 from schemas.topics import INPUT_BATCHES, TOPICS_BY_KIND
 
@@ -54,6 +54,7 @@ class Rejected:
         return self.rejection.reason
 
 
+@cache  # asked once per record, of a handful of reader kinds
 def batch_kinds(kind: str | None) -> frozenset[str]:
     """The batch kinds a reader of ``kind`` takes apart: every one for None (any kind), a
     batch kind itself, or the batch kind of the topic ``kind`` is read from."""
@@ -65,11 +66,6 @@ def batch_kinds(kind: str | None) -> frozenset[str]:
     if topic is None or topic.batch_kind is None or topic.kind != kind:
         return frozenset()
     return frozenset((topic.batch_kind,))
-
-
-def accepts_batch(kind: str | None) -> bool:
-    """Whether a reader of ``kind`` (None: any) also takes a batch of that kind."""
-    return bool(batch_kinds(kind))
 
 
 def decode_record(
@@ -128,12 +124,7 @@ def _batch(obj: dict[str, Any], raw: bytes, batch: str) -> list[C4Model | Reject
     for index, element in enumerate(elements):
         result = decode_object(element, element_kind)
         if not isinstance(result, Rejection) and getattr(result, shared) != owner:
-            mine = str(getattr(result, shared))
-            why = (
-                not_the_batch_job(mine, owner)
-                if shared == "job"
-                else not_the_batch_node(mine, owner)
-            )
+            why = not_of_the_batch(shared, str(getattr(result, shared)), owner)
             result = Rejection(RejectCode.INCONSISTENT, shared, why)
         if isinstance(result, Rejection):
             path = f"messages[{index}].{result.path}" if result.path else f"messages[{index}]"

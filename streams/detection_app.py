@@ -189,7 +189,7 @@ def create_detection_app(
 class DetectionFlow:
     """One detection worker at run time: records in, diagnoses and slow paths out.
 
-    Its methods are the app's handlers: ``feed`` (every decoded input record), ``tick``
+    Its methods are the app's handlers: ``feed_record`` (every decoded input record), ``tick``
     (the timer), ``correlate`` (the agent of the ``fabric-paths`` topic) and ``forget``
     (partitions revoked). Built in dependency order: the app takes the handlers, the tables
     come from the app, the detection from the tables; no handler runs before the app starts.
@@ -274,16 +274,12 @@ class DetectionFlow:
         """The open findings of the partitions held here, for ``c4_finding_open``."""
         self.metrics.set_open_findings(self.stage.open_findings() + self._fabric.open_findings())
 
-    async def feed(self, key: str | None, message: C4Model) -> None:
-        """One decoded input message: note its offset, detect, share its facts, publish."""
-        found = self._take(message, current_event())
-        await self._send(found)
-
     async def feed_record(
         self, key: str | None, messages: list[C4Model]
     ) -> list[tuple[int, Exception]]:
-        """A record's decoded messages, each as `feed` takes one, in order; what they found
-        is published after the last. Those that failed, for dead letters."""
+        """One input record's decoded messages, in order: each noted (its offset), detected
+        and its facts shared; what they found published after the last. Those that failed,
+        for dead letters."""
         event = current_event()
         found: list[Diagnosis] = []
         failed: list[tuple[int, Exception]] = []

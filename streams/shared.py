@@ -35,25 +35,26 @@ class TableFacts:
     def __init__(self, table: FactTable) -> None:
         self._table = table
 
-    def _get(self, key: str) -> str | None:
+    def _lookup(self, key: str) -> bytes | None:
         encoded = key.encode()
         # Asked first: a Faust table's ``get`` raises and catches KeyError on a miss, and
         # most keys asked (a connection's planned route) are misses: 5 % of a live worker.
-        if encoded not in self._table:
-            return None
-        value = self._table.get(encoded)
+        return self._table[encoded] if encoded in self._table else None
+
+    def _get(self, key: str) -> str | None:
+        value = self._lookup(key)
         return None if value is None else value.decode("utf-8", errors="replace")
 
     def _set(self, key: str, value: str) -> bool:
         """Write on change only (it is a changelog); whether the value changed."""
         encoded = value.encode()
-        if self._table.get(key.encode()) == encoded:
+        if self._lookup(key) == encoded:
             return False
         self._table[key.encode()] = encoded
         return True
 
     def _token(self, key: str) -> int:
-        value = self._table.get(key.encode())
+        value = self._lookup(key)
         return int(value) if value is not None and value.isdigit() else 0
 
     def _renew(self, key: str) -> None:
