@@ -73,7 +73,9 @@ def job_interval(
     ts = t0 + (second + 1) * S
     out = []
     for rank in range(RANKS):
-        seqs, enters, ends = [], [], []
+        seqs: list[int] = []
+        enters: list[int] = []
+        ends: list[int | None] = []
         for i, start in enumerate(starts):
             seq = first + i
             if hang is not None and seq >= hang.seq:
@@ -299,7 +301,7 @@ def latency_run(
         record = consumer.poll(0.2)
         if record is None or record.error() is not None:
             continue
-        result = decode(record.value())
+        result = decode(record.value() or b"")
         if isinstance(result, Diagnosis) and result.class_ == "noncomm_hang":
             found.setdefault(str(result.job), time.time())
     thread.join(120)

@@ -277,34 +277,32 @@ class DetectionFlow:
     async def feed_record(
         self, key: str | None, messages: list[C4Model]
     ) -> list[tuple[int, Exception]]:
-        """One input record's decoded messages, in order: each noted (its offset), detected
-        and its facts shared; what they found published after the last. Those that failed,
-        for dead letters."""
+        """One input record's decoded messages, in order: the record noted (its offset),
+        its messages detected and their facts shared; what they found published after the
+        last. Those that failed, for dead letters."""
         event = current_event()
-        found: list[Diagnosis] = []
-        failed: list[tuple[int, Exception]] = []
-        for index, message in enumerate(messages):
-            try:
-                found.extend(self._take(message, event))
-            except Exception as error:  # noqa: BLE001 - one bad message must not stop the rest
-                log.exception("detection failed on a message keyed %s", key)
-                failed.append((index, error))
-        await self._send(found)
-        return failed
-
-    def _take(self, message: C4Model, event: Any) -> list[Diagnosis]:
         if event is not None:
-            self.lag.record(
-                event.message.tp,
-                event.message.offset,
-                self.topics.kind_of_topic.get(event.message.tp.topic, ""),
-                int(getattr(message, "ts_ns", 0)),
-            )
+            record = event.message
+            latest_ns = max((int(getattr(m, "ts_ns", 0)) for m in messages), default=0)
+            kind = self.topics.kind_of_topic.get(record.tp.topic, "")
+            self.lag.record(record.tp, record.offset, kind, latest_ns)
         if self.lag.stale:
             self.remeasure()
-        found = self.live.on_message(message)
-        self.facts.learn(message, self.stage)
-        return found
+        taken = self.live.on_record(messages)
+        failed = taken.failed
+        for _, error in failed:
+            log.error("detection failed on a message keyed %s", key, exc_info=error)
+        gone = {index for index, _ in failed}
+        for index, message in enumerate(messages):
+            if index in gone:
+                continue
+            try:
+                self.facts.learn(message, self.stage)
+            except Exception as error:  # noqa: BLE001 - one bad message must not stop the rest
+                log.exception("sharing the facts of a message keyed %s failed", key)
+                failed.append((index, error))
+        await self._send(taken.found)
+        return sorted(failed, key=lambda entry: entry[0])
 
     async def _send(self, found: list[Diagnosis]) -> None:
         """Publish diagnoses, then the placements assembled from member reports."""
@@ -367,6 +365,7 @@ class DetectionFlow:
         revoked = args[0] if args else kwargs.get("revoked", set())
         topics = self.topics
         self.lag.reset()
+        self.facts.forget_written()
         self._placements_elsewhere = None  # of the old assignment: the timer asks anew
         for kind, topic in ((JOB, "collective"), (NODE, "link")):
             gone = topics.revoked_of(revoked, topic)

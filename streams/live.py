@@ -5,7 +5,7 @@ measurements dropped; the stage's state kept in its tables (`streams.durable`)."
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,15 @@ from streams.durable import SnapshotStore
 from streams.metrics import StreamMetrics
 
 NS_PER_S = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class RecordTaken:
+    """What one input record's messages changed: the diagnoses, and the messages the stage
+    failed on (their index in the record, the error) for dead letters."""
+
+    found: list[Diagnosis]
+    failed: list[tuple[int, Exception]]
 
 
 @dataclass(slots=True)
@@ -208,49 +217,93 @@ class LiveDetection:
         self._latest_of: dict[tuple[str, str, str], int] = {}
 
     def on_message(self, message: C4Model) -> list[Diagnosis]:
-        """One decoded message: its key restored first if this worker just got it; a late
-        one dropped, the rest to the stage; the key's state saved if a finding changed."""
+        """One decoded message (`on_record` of one); an error of the stage is raised."""
+        taken = self.on_record((message,))
+        if taken.failed:
+            raise taken.failed[0][1]
+        return taken.found
+
+    def on_record(self, messages: Sequence[C4Model]) -> RecordTaken:
+        """One input record's decoded messages, in order: a key restored first if this
+        worker just got it; a late message dropped, the rest to the stage; the keys' state
+        saved if a finding changed. A message the stage fails on is given back with its
+        error, the others go on.
+
+        What is per record, not per message (a batch brings tens of messages, and this layer
+        cost as much as the detectors' own work on them): the metrics, the processing time,
+        the wall time of the latest event, a key asked to be restored once while it repeats.
+        """
         stage, store = self._stage, self.store
-        if store is not None:
-            store.before_message(stage, stage.key_of(message))
-        ts_ns = int(getattr(message, "ts_ns", 0))
-        if isinstance(message, DATA_KINDS):
-            key = _key_of(message)
-            latest = self._latest_of.get(key, ts_ns)
-            if ts_ns < latest - self.max_lateness_ns:
-                self.counters.too_late += 1
-                self.metrics.late.inc()
-                return []
-            if ts_ns >= latest:  # also a key seen for the first time (latest is ts_ns)
-                self._latest_of[key] = ts_ns
-        else:
-            ts_ns = 0  # a fact (placement, route plan): always taken, never moves the clock
-            if isinstance(message, Job) and message.state == "stopped":
-                ended = [k for k in self._latest_of if k[:2] == ("collective", message.job)]
-                for key in ended:
-                    del self._latest_of[key]
-        self.counters.messages += 1
-        kind = str(getattr(message, "kind", ""))
-        counter = self._per_kind.get(kind)
-        if counter is None:  # label lookups cost more than the increment: once per kind
-            counter = self._per_kind[kind] = self.metrics.messages.labels(kind)
-        counter.inc()
-        if isinstance(message, Collective) and message.ops.seq:
-            per_job = self._ops_of.get(message.job)
-            if per_job is None:
-                per_job = self._ops_of[message.job] = self.metrics.operations.labels(message.job)
-            per_job.inc(len(message.ops.seq))
-        if ts_ns > self._latest_event_ns:
-            self._latest_event_ns = ts_ns
-            self._wall_at_latest = self._monotonic()
+        found: list[Diagnosis] = []
+        failed: list[tuple[int, Exception]] = []
+        counted: dict[str, int] = {}
+        operations: dict[str, int] = {}
+        latest_ns = 0
+        last_key: StateKey | None = None
         began = time.perf_counter()
-        found = stage.on_message(message)
+        for index, message in enumerate(messages):
+            try:
+                if store is not None:
+                    key = stage.key_of(message)
+                    if key is not None and key != last_key:
+                        store.before_message(stage, key)
+                        last_key = key
+                ts_ns = self._admitted_at(message)
+                if ts_ns is None:
+                    continue
+                kind = str(getattr(message, "kind", ""))
+                counted[kind] = counted.get(kind, 0) + 1
+                if isinstance(message, Collective) and message.ops.seq:
+                    operations[message.job] = operations.get(message.job, 0) + len(message.ops.seq)
+                if ts_ns > latest_ns:
+                    latest_ns = ts_ns
+                found.extend(stage.on_message(message))
+            except Exception as error:  # noqa: BLE001 - one bad message must not stop the rest
+                failed.append((index, error))
+        self._count(counted, operations, latest_ns)
         self.metrics.processing.observe(time.perf_counter() - began)
         if found:
             self._observe(found)
             if store is not None:
                 store.after_message(stage, found)
-        return found
+        return RecordTaken(found, failed)
+
+    def _admitted_at(self, message: C4Model) -> int | None:
+        """The event time a message moves the clock to (0: a fact, which never does); None
+        for a measurement too late to take (counted)."""
+        if not isinstance(message, DATA_KINDS):
+            if isinstance(message, Job) and message.state == "stopped":
+                ended = [k for k in self._latest_of if k[:2] == ("collective", message.job)]
+                for key in ended:
+                    del self._latest_of[key]
+            return 0  # a fact (placement, route plan): always taken
+        ts_ns = int(message.ts_ns)
+        key = _key_of(message)
+        latest = self._latest_of.get(key, ts_ns)
+        if ts_ns < latest - self.max_lateness_ns:
+            self.counters.too_late += 1
+            self.metrics.late.inc()
+            return None
+        if ts_ns >= latest:  # also a key seen for the first time (latest is ts_ns)
+            self._latest_of[key] = ts_ns
+        return ts_ns
+
+    def _count(self, counted: dict[str, int], operations: dict[str, int], latest_ns: int) -> None:
+        """The messages and operations a record brought, and its latest event time."""
+        for kind, count in counted.items():
+            self.counters.messages += count
+            counter = self._per_kind.get(kind)
+            if counter is None:  # label lookups cost more than the increment: once per kind
+                counter = self._per_kind[kind] = self.metrics.messages.labels(kind)
+            counter.inc(count)
+        for job, count in operations.items():
+            per_job = self._ops_of.get(job)
+            if per_job is None:
+                per_job = self._ops_of[job] = self.metrics.operations.labels(job)
+            per_job.inc(count)
+        if latest_ns > self._latest_event_ns:
+            self._latest_event_ns = latest_ns
+            self._wall_at_latest = self._monotonic()
 
     def _observe(self, found: list[Diagnosis]) -> None:
         self.counters.diagnoses += len(found)

@@ -159,7 +159,7 @@ class StreamMetrics:
         )
         self.processing = Histogram(
             "c4_stream_processing_seconds",
-            "Time to process one message in the detectors",
+            "Time to process one input record's messages in the detectors",
             buckets=(1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5),
             registry=self.registry,
         )

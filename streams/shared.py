@@ -34,6 +34,11 @@ class TableFacts:
 
     def __init__(self, table: FactTable) -> None:
         self._table = table
+        # The health this worker last wrote of each port its nodes reported: every link
+        # report asks, and a table read per report was 5 % of a live worker. Only the
+        # port's node writes its health; forgotten when partitions go (`forget_written`),
+        # since the next owner writes it then.
+        self._health_written: dict[str, str] = {}
 
     def _lookup(self, key: str) -> bytes | None:
         encoded = key.encode()
@@ -117,8 +122,16 @@ class TableFacts:
         elif isinstance(message, Link):
             port = port_id(message.node, message.port)
             down, degraded = engine.port_state(port)
-            if self._set(f"health:{port}", f"{int(down)}{int(degraded)}"):
+            health = f"{int(down)}{int(degraded)}"
+            if self._health_written.get(port) == health:
+                return
+            self._health_written[port] = health
+            if self._set(f"health:{port}", health):
                 self._renew(_HEALTH_STAMP_KEY)
+
+    def forget_written(self) -> None:
+        """Partitions went elsewhere: what this worker wrote may be rewritten by others."""
+        self._health_written.clear()
 
     def placed_through(self, partition: int) -> int:
         """How far (next offset) the job topic's ``partition`` is learnt into the table."""

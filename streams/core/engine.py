@@ -155,12 +155,29 @@ class _SharedPortHealth:
 class _SharedRoutes:
     def __init__(self, local: RouteBook, shared: SharedFacts) -> None:
         self._local, self._shared = local, shared
+        # The shared facts' ``moved_at`` of each flow asked, as of the routes token read
+        # last: a check asks it of every connection of the job, and each answer was a read
+        # of the shared table. Any move rewrites the token (`SharedFacts.routes_token`).
+        self._moved: dict[str, int | None] = {}
+        self._moved_token: int | None = None
+
+    def refresh(self) -> None:
+        """Before a check: the cached moves hold only while the routes token is the same."""
+        token = self._shared.routes_token()
+        if token != self._moved_token:
+            self._moved_token = token
+            self._moved.clear()
 
     def via(self, flow: str) -> str | None:
         return self._local.via(flow) or self._shared.via(flow)
 
     def moved_at(self, flow: str) -> int | None:
-        local, shared = self._local.moved_at(flow), self._shared.moved_at(flow)
+        local = self._local.moved_at(flow)
+        moved = self._moved
+        if flow in moved:
+            shared = moved[flow]
+        else:
+            shared = moved[flow] = self._shared.moved_at(flow)
         return max(local or 0, shared or 0) or None
 
     def generation(self) -> int:
@@ -430,6 +447,7 @@ class Engine:
 
     def check(self, now_ns: int) -> list[Diagnosis]:
         """Evaluate every detector at ``now_ns``."""
+        self._refresh_routes()
         out: list[Diagnosis] = []
         slow_paths = []
         for job, detector in self.jobs.items():
@@ -505,11 +523,17 @@ class Engine:
             self.held.add(job)
             return []
         self.held.discard(job)
+        self._refresh_routes()
         found = detector.check(now_ns)
         if not self.local_fabric and detector.slow_paths != self._reported_paths.get(job, []):
             self._reported_paths[job] = list(detector.slow_paths)
             self._changed_paths[job] = list(detector.slow_paths)
         return found
+
+    def _refresh_routes(self) -> None:
+        """What other workers moved is read anew before a check (`_SharedRoutes`)."""
+        if isinstance(self._routes, _SharedRoutes):
+            self._routes.refresh()
 
     def drain_placements(self) -> list[Job]:
         """The placements assembled from member reports since the last call (live: to be

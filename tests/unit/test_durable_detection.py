@@ -299,3 +299,68 @@ def test_snapshots_stretch_their_interval_to_stay_within_their_budget() -> None:
     live.on_message(messages[102])
     live.on_timer()
     assert store.counters.written > written
+
+
+class CountingTable(dict[bytes, bytes]):
+    """A table that counts the reads and writes of health keys."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.health_reads = 0
+        self.health_writes = 0
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, bytes) and key.startswith(b"health:"):
+            self.health_reads += 1
+        return super().__contains__(key)
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        if key.startswith(b"health:"):
+            self.health_writes += 1
+        super().__setitem__(key, value)
+
+
+def test_a_ports_unchanged_health_is_not_read_again_until_partitions_go() -> None:
+    messages = _messages()
+    links = [m for m in messages if isinstance(m, Link)]
+    table = CountingTable()
+    facts = TableFacts(table)
+    writer = Engine()
+    for message in messages:
+        writer.process(message)
+        facts.learn(message, writer)
+    ports = {f"{m.node}/{m.port}" for m in links}
+    assert table.health_writes == len(ports) + 1  # each port once, one degrades later
+    assert table.health_reads == table.health_writes < len(links)
+    assert facts.port_health("node-004/mlx5_2:1") == (False, True)
+    # Another worker wrote a port's health while this one did not hold its node: once this
+    # worker's partitions went, what it wrote before is no longer taken for granted.
+    table[b"health:node-004/mlx5_2:1"] = b"00"
+    degraded = next(m for m in reversed(links) if f"{m.node}/{m.port}" == "node-004/mlx5_2:1")
+    facts.learn(degraded, writer)
+    assert facts.port_health("node-004/mlx5_2:1") == (False, False)  # taken as written
+    facts.forget_written()
+    facts.learn(degraded, writer)
+    assert facts.port_health("node-004/mlx5_2:1") == (False, True)
+
+
+def test_a_readers_moves_are_asked_again_once_the_routes_token_changes() -> None:
+    table: dict[bytes, bytes] = {}
+    facts = TableFacts(table)
+    writer = Engine()
+    reader = Engine(shared=TableFacts(table))
+    routes = reader._routes
+    flow = "job-1/c/7->8"
+
+    def route(plan: str, via: str, ts_ns: int) -> Route:
+        paths = (RoutePath(flow=flow, port="mlx5_7:1", via=via),)
+        return Route(v=1, kind="route", node="node-000", ts_ns=ts_ns, plan=plan, paths=paths)
+
+    for message in _messages()[:200]:
+        writer.process(message)
+    facts.learn(route("p-1", "spine-a-0", 1), writer)
+    assert routes.moved_at(flow) is None  # planned, never moved
+    facts.learn(route("p-2", "spine-b-1", 1), writer)  # another worker learns a move
+    assert routes.moved_at(flow) is None  # as of the token read at the last check
+    reader.check(writer.now_ns)
+    assert routes.moved_at(flow) == writer.now_ns

@@ -135,3 +135,59 @@ def test_a_job_behind_the_clock_is_not_late_only_out_of_order_in_itself() -> Non
     assert [(d.class_, d.job) for d in found if d.state == "firing"] == [("noncomm_slow", "job-2")]
     live.on_message(lagging[0])  # now far older than job-2's latest report
     assert live.counters.too_late == 1
+
+
+def test_a_record_is_taken_as_its_messages_one_by_one() -> None:
+    messages = RingJob(stuck_rank={11: 40}).messages()
+    one_by_one = LiveDetection(Engine(), max_lateness_ns=5 * S, monotonic=FakeClock())
+    by_record = LiveDetection(Engine(), max_lateness_ns=5 * S, monotonic=FakeClock())
+    late = messages[0]
+    found = [d for m in [*messages, late] for d in one_by_one.on_message(m)]
+    taken = [by_record.on_record(messages[i : i + 7]) for i in range(0, len(messages), 7)]
+    taken.append(by_record.on_record([late]))
+    assert [d for t in taken for d in t.found] == found and found
+    assert all(t.failed == [] for t in taken)
+    assert by_record.counters == one_by_one.counters
+    assert by_record.counters.too_late == 1
+
+    def samples(live: LiveDetection, name: str) -> dict[str, float]:
+        return {
+            f"{s.name}{sorted(s.labels.items())}": s.value
+            for metric in live.metrics.registry.collect()
+            if metric.name == name
+            for s in metric.samples
+            if not s.name.endswith("_created")
+        }
+
+    for name in ("c4_stream_messages", "c4_stream_operations", "c4_stream_late_dropped"):
+        assert samples(by_record, name) == samples(one_by_one, name)
+    per_record = samples(by_record, "c4_stream_processing_seconds")
+    assert per_record["c4_stream_processing_seconds_count[]"] == len(taken)
+
+
+class FailingOn:
+    """A stage that fails on one message and takes the others."""
+
+    def __init__(self, stage: Engine, bad_ts_ns: int) -> None:
+        self.stage, self.bad_ts_ns, self.taken = stage, bad_ts_ns, 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stage, name)
+
+    def on_message(self, message: object) -> list[object]:
+        if getattr(message, "ts_ns", 0) == self.bad_ts_ns:
+            msg = "broken"
+            raise ValueError(msg)
+        self.taken += 1
+        return []
+
+
+def test_a_message_the_stage_fails_on_is_given_back_and_the_rest_go_on() -> None:
+    messages = RingJob(ops=4).messages()[:5]
+    stage = FailingOn(Engine(), messages[2].ts_ns)
+    live = LiveDetection(stage, monotonic=FakeClock())  # type: ignore[arg-type]
+    taken = live.on_record(messages)
+    assert [(index, str(error)) for index, error in taken.failed] == [
+        (i, "broken") for i, m in enumerate(messages) if m.ts_ns == messages[2].ts_ns
+    ]
+    assert stage.taken == len(messages) - len(taken.failed)
