@@ -27,6 +27,7 @@ _PLACE_KEYS = (b"port:", b"gpu:")
 # changelog partition, so whoever reads the new token has the new fact.
 _ROUTES_STAMP_KEY = "stamp:routes"
 _HEALTH_STAMP_KEY = "stamp:health"
+_HEALTHY = b"00"  # a port's health: down, degraded
 
 
 class TableFacts:
@@ -50,10 +51,12 @@ class TableFacts:
         value = self._lookup(key)
         return None if value is None else value.decode("utf-8", errors="replace")
 
-    def _set(self, key: str, value: str) -> bool:
-        """Write on change only (it is a changelog); whether the value changed."""
+    def _set(self, key: str, value: str, absent: bytes | None = None) -> bool:
+        """Write on change only (it is a changelog); whether the value changed. ``absent``:
+        the value a missing key stands for (writing it changes nothing)."""
         encoded = value.encode()
-        if self._lookup(key) == encoded:
+        known = self._lookup(key)
+        if (known if known is not None else absent) == encoded:
             return False
         self._table[key.encode()] = encoded
         return True
@@ -76,7 +79,7 @@ class TableFacts:
 
     def port_health(self, port: str) -> tuple[bool, bool]:
         """(down, degraded) as the port's node last said."""
-        value = self._get(f"health:{port}") or "00"
+        value = self._get(f"health:{port}") or _HEALTHY.decode()
         return value[:1] == "1", value[1:2] == "1"
 
     def via(self, flow: str) -> str | None:
@@ -126,7 +129,9 @@ class TableFacts:
             if self._health_written.get(port) == health:
                 return
             self._health_written[port] = health
-            if self._set(f"health:{port}", health):
+            # A port never written is healthy (`port_health`): a healthy cluster writes
+            # nothing, and readers' caches keyed by the health token hold.
+            if self._set(f"health:{port}", health, absent=_HEALTHY):
                 self._renew(_HEALTH_STAMP_KEY)
 
     def forget_written(self) -> None:
