@@ -9,8 +9,9 @@ again with each link and GPU report in a record of its own (as agents sent them 
 ``links`` and ``gpus`` batches). For each drain, fresh topics are created, ``--workers``
 worker processes of one group start on them, and once each holds its partitions the job
 is produced at full speed and drained. The batched job is drained by 1 and 2 workers of
-this tree; the unbatched one by 1 worker of this tree and of the ``--baseline REF`` commit
-(which knows no ``links`` or ``gpus`` batch), compiled as this one is.
+this tree; the unbatched one by 1 worker of this tree and of the ``--baseline REF`` commit,
+compiled as this one is, and the batched one too where that commit takes ``links`` and
+``gpus`` batches.
 
 The rate is the workers' operations counters over the steady part (10% to 90% of the job's
 operations). A worker keeps up with a job whose offered rate (operations per rank per
@@ -216,6 +217,11 @@ def _holds_partitions(port: int) -> bool:
     return any(line.startswith("c4_stream_consumer_lag{") for line in text.splitlines())
 
 
+def _knows_node_batches(tree: Path) -> bool:
+    """Whether a tree takes the ``links`` and ``gpus`` batches (c4 from ebdc12a on)."""
+    return "class Links(" in (tree / "schemas" / "messages.py").read_text()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", default="1024,4096")
@@ -248,8 +254,10 @@ def main() -> int:
         single = simulate_job(work, ranks, args.duration_s, node_batches=False)
         plan = [("this tree", REPO, batched, count) for count in counts]
         plan.append(("this tree", REPO, single, 1))
-        if baseline is not None:  # it knows no links or gpus batches
+        if baseline is not None:
             plan.append((f"baseline {args.baseline}", baseline, single, 1))
+            if _knows_node_batches(baseline):
+                plan.append((f"baseline {args.baseline}", baseline, batched, 1))
         for label, tree, job, workers in plan:
             offered = job.operations / job.event_s
             per_rank = offered / ranks
