@@ -289,7 +289,7 @@ class DetectionFlow:
         if self.lag.stale:
             self.remeasure()
         taken = self.live.on_record(messages)
-        failed = taken.failed
+        failed = list(taken.failed)
         for _, error in failed:
             log.error("detection failed on a message keyed %s", key, exc_info=error)
         gone = {index for index, _ in failed}
