@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-from bench_live_job import _wait_assigned, cpu_seconds
+from bench_live_job import cpu_seconds, start_workers, wait_assigned
 from bench_replay_scale import data_parallel
-from bench_streams import BOOTSTRAP, REPO, free_port, metric, producer
+from bench_streams import BOOTSTRAP, REPO, metric, producer, send
 from confluent_kafka import Consumer
 
 from schemas.topics import TOPICS_BY_KIND
@@ -189,30 +189,11 @@ class DiagnosisWatch:
 def paced_run(job: Scenario, workers: int, rate: float, work: Path) -> Run:
     """Workers on fresh topics, the scenario produced in event time, the hangs' latencies."""
     prefix = f"bench.hang.{uuid.uuid4().hex[:6]}."
-    env = dict(os.environ, C4_TOPIC_PREFIX=prefix, C4_KAFKA_BOOTSTRAP=BOOTSTRAP)
-    subprocess.run(  # noqa: S603 -- our own command
-        [sys.executable, "-m", "c4.cli", "topics", "create", "--retention-ms", "3600000"],
-        env=env,
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    )
-    app_id = f"bench-hang-{uuid.uuid4().hex[:6]}"
-    ports = [free_port() for _ in range(workers)]
-    processes = []
-    for index, port in enumerate(ports):
-        argv = [
-            *(sys.executable, "-m", "c4.cli", "streams", "worker", "--app-id", app_id),
-            *("--metrics-port", str(port), "--web-port", str(free_port()), "--loglevel", "warn"),
-        ]
-        with (work / f"{app_id}-{index}.log").open("wb") as out:
-            processes.append(
-                subprocess.Popen(argv, env=env, cwd=REPO, stdout=out, stderr=out)  # noqa: S603
-            )
+    ports, processes = start_workers(REPO, prefix, "bench-hang", workers, work)
     watch = DiagnosisWatch(prefix + TOPICS_BY_KIND["diagnosis"].name)
     name = 'c4_stream_operations_total{training_job="job-dp"}'
     try:
-        _wait_assigned(ports, processes)
+        wait_assigned(ports, processes)
         cpu_before = [cpu_seconds(process.pid) for process in processes]
         start, behind = time.monotonic(), 0.0
         first_ns = min(ts for *_, ts in job.records if ts > 0)
@@ -225,13 +206,7 @@ def paced_run(job: Scenario, workers: int, rate: float, work: Path) -> Run:
                 sink.poll(wait)
             else:
                 behind = max(behind, -wait)
-            while True:
-                try:
-                    sink.produce(prefix + topic, key=key, value=value)
-                    break
-                except BufferError:
-                    sink.poll(0.05)
-            sink.poll(0)
+            send(sink, prefix + topic, key, value)
         sink.flush(120)
         produced = time.monotonic()
         samples = sampler.stop()

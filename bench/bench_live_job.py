@@ -40,7 +40,7 @@ from pathlib import Path
 import orjson
 from bench_replay import export
 from bench_replay_scale import build_baseline, data_parallel
-from bench_streams import BOOTSTRAP, REPO, free_port, metric, peak_rss_mib, producer
+from bench_streams import BOOTSTRAP, REPO, free_port, metric, peak_rss_mib, producer, send
 
 from schemas.topics import TOPICS_BY_KIND
 from streams.core import native
@@ -114,13 +114,7 @@ def produce(job: Simulated, prefix: str) -> None:
     """Every record of the job to its topic under ``prefix``, as fast as the broker takes."""
     sink = producer()
     for topic, key, value in job.records:
-        while True:
-            try:
-                sink.produce(prefix + topic, key=key, value=value)
-                break
-            except BufferError:
-                sink.poll(0.05)
-        sink.poll(0)
+        send(sink, prefix + topic, key, value)
     sink.flush(120)
 
 
@@ -135,32 +129,11 @@ def drain(tree: Path, job: Simulated, work: Path, workers: int) -> Drained:
     partitions, the job is produced and drained. Their rate over the steady part, the
     largest one's peak memory, and the share of their CPU time the job's worker took."""
     prefix = f"bench.live.{uuid.uuid4().hex[:6]}."
-    env = dict(
-        os.environ, PYTHONPATH=str(tree), C4_TOPIC_PREFIX=prefix, C4_KAFKA_BOOTSTRAP=BOOTSTRAP
-    )
-    subprocess.run(  # noqa: S603 -- our own command
-        [sys.executable, "-m", "c4.cli", "topics", "create", "--retention-ms", "3600000"],
-        env=env,
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    )
-    app_id = f"bench-live-{uuid.uuid4().hex[:6]}"
-    ports = [free_port() for _ in range(workers)]
-    processes = []
-    for index, port in enumerate(ports):
-        argv = [
-            *(sys.executable, "-m", "c4.cli", "streams", "worker", "--app-id", app_id),
-            *("--metrics-port", str(port), "--web-port", str(free_port()), "--loglevel", "warn"),
-        ]
-        with (work / f"{app_id}-{index}.log").open("wb") as out:
-            processes.append(
-                subprocess.Popen(argv, env=env, cwd=tree, stdout=out, stderr=out)  # noqa: S603
-            )
+    ports, processes = start_workers(tree, prefix, "bench-live", workers, work)
     name = 'c4_stream_operations_total{training_job="job-dp"}'
     marks: list[tuple[float, float, list[float], list[float]]] = []
     try:
-        _wait_assigned(ports, processes)
+        wait_assigned(ports, processes)
         produce(job, prefix)
         deadline = time.monotonic() + 1800
         count = 0.0
@@ -191,7 +164,37 @@ def drain(tree: Path, job: Simulated, work: Path, workers: int) -> Drained:
     return Drained((high - low) / max(end[0] - start[0], 1e-9), end[0] - start[0], peak, share)
 
 
-def _wait_assigned(ports: list[int], processes: list[subprocess.Popen[bytes]]) -> None:
+def start_workers(
+    tree: Path, prefix: str, group: str, workers: int, work: Path
+) -> tuple[list[int], list[subprocess.Popen[bytes]]]:
+    """Fresh topics under ``prefix``, then ``workers`` workers of ``tree`` in one new group
+    on them (their logs in ``work``): each one's metrics port and process."""
+    env = dict(
+        os.environ, PYTHONPATH=str(tree), C4_TOPIC_PREFIX=prefix, C4_KAFKA_BOOTSTRAP=BOOTSTRAP
+    )
+    subprocess.run(  # noqa: S603 -- our own command
+        [sys.executable, "-m", "c4.cli", "topics", "create", "--retention-ms", "3600000"],
+        env=env,
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
+    app_id = f"{group}-{uuid.uuid4().hex[:6]}"
+    ports = [free_port() for _ in range(workers)]
+    processes = []
+    for index, port in enumerate(ports):
+        argv = [
+            *(sys.executable, "-m", "c4.cli", "streams", "worker", "--app-id", app_id),
+            *("--metrics-port", str(port), "--web-port", str(free_port()), "--loglevel", "warn"),
+        ]
+        with (work / f"{app_id}-{index}.log").open("wb") as out:
+            processes.append(
+                subprocess.Popen(argv, env=env, cwd=tree, stdout=out, stderr=out)  # noqa: S603
+            )
+    return ports, processes
+
+
+def wait_assigned(ports: list[int], processes: list[subprocess.Popen[bytes]]) -> None:
     """Until every worker reports consumer lag of some topic (it holds partitions) and a
     few seconds more for the group to settle."""
     deadline = time.monotonic() + 120

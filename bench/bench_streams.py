@@ -153,16 +153,21 @@ def producer() -> Producer:
     )
 
 
+def send(out: Producer, topic: str, key: bytes, value: bytes) -> None:
+    """Produce one record, waiting while the producer's queue is full."""
+    while True:
+        try:
+            out.produce(topic, key=key, value=value)
+            break
+        except BufferError:
+            out.poll(0.05)
+    out.poll(0)
+
+
 def produce_all(topic: str, messages: list[tuple[int, str, bytes]]) -> None:
     out = producer()
     for _, key, value in messages:
-        while True:
-            try:
-                out.produce(topic, key=key.encode(), value=value)
-                break
-            except BufferError:
-                out.poll(0.05)
-        out.poll(0)
+        send(out, topic, key.encode(), value)
     out.flush(120)
 
 
@@ -284,13 +289,7 @@ def latency_run(
                 out.flush(0)
                 time.sleep(wait)
                 wall_of_event.append((ts, time.time()))
-            while True:
-                try:
-                    out.produce(prefix + "c4.collective.v1", key=key.encode(), value=value)
-                    break
-                except BufferError:
-                    out.poll(0.05)
-            out.poll(0)
+            send(out, prefix + "c4.collective.v1", key.encode(), value)
         out.flush(60)
 
     began = time.monotonic()
