@@ -345,16 +345,15 @@ def main() -> int:
             flush=True,
         )
     print(
-        "latency: wall seconds from a hang's onset (as produced) to its first hang diagnosis"
-        " on the diagnoses topic; detector: the event seconds the detectors waited (the"
-        " diagnosis' time minus the onset, about hang_after); pipeline: latency minus"
-        " detector; target: hang_after (the detectors' floor, 5 s, for these short operations)"
-        " + 3 s; lag: the large job's"
-        " operations due by then (produced on schedule) and not taken yet, in seconds of its"
-        " offered rate, sampled every second while producing (max, and over the last tenth"
-        " of the run); tail s: after the last"
-        " record was produced, until the workers took the large job's last operation; job"
-        " CPU: the share of the workers' CPU the large job's worker took; behind s: how late"
+        "latency: wall seconds from a hang's onset (as produced) to its first hang "
+        "diagnosis on the diagnoses topic; detector: the event seconds the detectors waited"
+        " (the diagnosis' time minus the onset, about hang_after); pipeline: latency minus "
+        "detector; target: hang_after (the detectors' floor, 5 s, for these short "
+        "operations) + 3 s; lag: the large job's operations due by then (produced on "
+        "schedule) and not taken yet, in seconds of its offered rate, sampled every second "
+        "while producing (max, and over the last tenth of the run); tail s: after the last "
+        "record was produced, until the workers took the large job's last operation; job "
+        "CPU: the share of the workers' CPU the large job's worker took; behind s: how late"
         " the producer ran at most"
     )
     print(f"load average {os.getloadavg()[0]:.1f} at the end; logs: {work}", file=sys.stderr)
