@@ -105,17 +105,21 @@ def scenario(ranks: int, duration_s: float, hangs: int, small_ranks: int) -> dic
 
 
 def simulate(work: Path, ranks: int, duration_s: float, hangs: int, small: int) -> Scenario:
-    spec = work / f"hang-{ranks}.json"
-    spec.write_bytes(orjson.dumps(scenario(ranks, duration_s, hangs, small)))
-    out = work / f"hang-{ranks}.jsonl"
-    subprocess.run(  # noqa: S603 -- this interpreter, our own command
-        [sys.executable, "-m", "c4.cli", "simulate", "--scenario", str(spec), "--batch"]
-        + ["--out", str(out)],
-        cwd=REPO,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    name = f"hang-{ranks}-{duration_s:g}s-{hangs}x{small}"
+    spec = work / f"{name}.json"
+    out = work / f"{name}.jsonl"
+    if not out.exists():  # simulated once per --work folder
+        spec.write_bytes(orjson.dumps(scenario(ranks, duration_s, hangs, small)))
+        subprocess.run(  # noqa: S603 -- this interpreter, our own command
+            [sys.executable, "-m", "c4.cli", "simulate", "--scenario", str(spec), "--batch"]
+            + ["--out", f"{out}.partial"],
+            cwd=REPO,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        Path(f"{out}.partial.truth.jsonl").rename(f"{out}.truth.jsonl")
+        Path(f"{out}.partial").rename(out)
     records: list[tuple[str, bytes, bytes, int]] = []
     large_ops: list[int] = []
     operations = 0
@@ -301,8 +305,10 @@ def main() -> int:
     parser.add_argument("--workers", default="1,2", help="worker counts to run with")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--rate", type=float, default=1.0, help="event s per wall s")
+    parser.add_argument("--work", type=Path, default=None, help="keeps the simulated job")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="c4-bench-hang-"))
+    work = args.work or Path(tempfile.mkdtemp(prefix="c4-bench-hang-"))
+    work.mkdir(parents=True, exist_ok=True)
     job = simulate(work, args.ranks, args.duration_s, args.hangs, args.small_ranks)
     # The small jobs' operations last tens of milliseconds: hang_factor x their median is
     # below the floor, so their hang_after is the floor.
