@@ -70,6 +70,8 @@ class RouteBook:
 
 # The messages that carry measurements (and so event time); job and route are facts.
 DATA_KINDS = (Collective, Link, Gpu)
+# Flows whose shared move a worker keeps at most (`_SharedRoutes`): those of its jobs' checks.
+MOVES_KEPT = 1 << 20
 MEMBERSHIP_KEY = "membership"  # a job's member reports, in its snapshot
 CABLING_KEY = "cabling"  # a node's ports found on another leaf, in its snapshot
 WAITING_KEY = "waiting"  # a job's collective reports held back for link reports (live)
@@ -153,8 +155,9 @@ class _SharedPortHealth:
 
 
 class _SharedRoutes:
-    def __init__(self, local: RouteBook, shared: SharedFacts) -> None:
+    def __init__(self, local: RouteBook, shared: SharedFacts, kept: int = MOVES_KEPT) -> None:
         self._local, self._shared = local, shared
+        self._kept = kept
         # The shared facts' ``moved_at`` of each flow asked, as of the routes token read
         # last: a check asks it of every connection of the job, and each answer was a read
         # of the shared table. Any move rewrites the token (`SharedFacts.routes_token`).
@@ -177,6 +180,8 @@ class _SharedRoutes:
         if flow in moved:
             shared = moved[flow]
         else:
+            if len(moved) >= self._kept:  # flows of jobs long gone: asked again when needed
+                moved.clear()
             shared = moved[flow] = self._shared.moved_at(flow)
         return max(local or 0, shared or 0) or None
 

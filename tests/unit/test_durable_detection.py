@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from schemas.base import C4Model
 from schemas.messages import Diagnosis, Job, Link, RankPlace, Route, RoutePath
 from simulator import scenario_from, simulate
-from streams.core.engine import Engine
+from streams.core.engine import Engine, RouteBook, _SharedRoutes
 from streams.core.stage import JOB, NODE, StateKey
 from streams.durable import SnapshotStore
 from streams.live import LiveDetection
@@ -365,3 +365,21 @@ def test_a_readers_moves_are_asked_again_once_the_routes_token_changes() -> None
     assert routes.moved_at(flow) is None  # as of the token read at the last check
     reader.check(writer.now_ns)
     assert routes.moved_at(flow) == writer.now_ns
+
+
+def test_a_reader_keeps_a_bounded_number_of_moves() -> None:
+    table: dict[bytes, bytes] = {}
+    facts = TableFacts(table)
+    writer = Engine()
+    routes = _SharedRoutes(RouteBook(), TableFacts(table), kept=4)
+    for message in _messages()[:200]:
+        writer.process(message)  # a clock to date the moves with
+    flows = [f"job-1/c/{i}->{i + 1}" for i in range(6)]
+    for plan, via in (("p-1", "spine-a-0"), ("p-2", "spine-b-1")):
+        routed = tuple(RoutePath(flow=flow, port="mlx5_7:1", via=via) for flow in flows)
+        route = Route(v=1, kind="route", node="node-000", ts_ns=1, plan=plan, paths=routed)
+        facts.learn(route, writer)
+    routes.refresh()
+    moved = [routes.moved_at(flow) for flow in flows]
+    assert moved == [writer.now_ns] * 6  # each asked once, the oldest answers let go
+    assert len(routes._moved) <= 4
