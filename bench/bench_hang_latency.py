@@ -330,10 +330,14 @@ def main() -> int:
     for workers in [int(count) for count in args.workers.split(",")]:
         runs = [paced_run(job, workers, args.rate, work) for _ in range(args.repeats)]
         hangs = [hang for run in runs for hang in run.hangs]
-        seen = [hang for hang in hangs if hang.latency_s is not None]
-        latencies = [hang.latency_s for hang in seen if hang.latency_s is not None]
-        detector = [hang.detector_s for hang in seen if hang.detector_s is not None]
-        pipeline = [hang.latency_s - hang.detector_s for hang in seen if hang.detector_s]  # type: ignore[operator]
+        seen = [
+            (hang.latency_s, hang.detector_s)
+            for hang in hangs
+            if hang.latency_s is not None and hang.detector_s is not None
+        ]
+        latencies = [latency for latency, _ in seen]
+        detector = [waited for _, waited in seen]
+        pipeline = [latency - waited for latency, waited in seen]
         if not latencies:
             print(f"{workers:>7} {0:>3}/{len(hangs):<2} no hang diagnosed", flush=True)
             continue
