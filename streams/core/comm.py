@@ -336,23 +336,50 @@ class CommTracker:
             first, second = durations
             shortest, longest = (first, second) if first <= second else (second, first)
             finished = ends[0] if ends[0] >= ends[1] else ends[1]
+            middle: float = 0.0
+            last = 0
         else:
             ordered = sorted(durations)  # one sort: shortest, median and longest from it
             shortest, longest = ordered[0], ordered[-1]
             finished = max(ends)
+            half = self.size // 2
+            middle = ordered[half] if self.size % 2 else (ordered[half - 1] + ordered[half]) / 2
+            last = durations.index(shortest)
+        if self.learn(seq, state.op, state.nbytes, shortest, longest, middle, last, finished):
+            self.syncs.append((seq, list(ends)))
+
+    def complete_merged(self, seq: int) -> None:
+        """An operation the shards of its members completed (`streams.core.shard`): done
+        here, learnt from by whoever merged it (`learn`), never opened here again."""
+        self.pending.pop(seq, None)
+        self._mark_done(seq)
+        self.ops_seen += 1
+
+    def learn(
+        self,
+        seq: int,
+        op: str,
+        nbytes: int,
+        shortest: int,
+        longest: int,
+        middle: float,
+        last: int,
+        finished: int,
+    ) -> bool:
+        """Learn from a completed operation: its members' shortest, median (``middle``)
+        and longest duration, which member was shortest (``last``: it entered last) and
+        when the last member finished. Whether it is a sync point (the caller adds its
+        members' ends to ``syncs``)."""
         self.spans.add(longest)
         if self.last_end_ns is not None and finished > self.last_end_ns:
             self.periods.add(finished - self.last_end_ns)
         self.last_end_ns = finished
-        if self.sync_every_ns and self._sync_due(finished):
+        sync = bool(self.sync_every_ns) and self._sync_due(finished)
+        if sync:
             self.last_sync_ns = finished
-            self.syncs.append((seq, list(state.end)))
         if self.size > 2:
-            half = self.size // 2
-            middle = ordered[half] if self.size % 2 else (ordered[half - 1] + ordered[half]) / 2
-            last = durations.index(shortest)
             self.last_entrants.append((last, middle - shortest, finished))
-        key = (state.op, state.nbytes.bit_length())
+        key = (op, nbytes.bit_length())
         baseline = self.baselines.get(key)
         if baseline is None:
             baseline = Baseline(self.params.slow_baseline_ops, self.params.slow_recent_ops)
@@ -363,6 +390,7 @@ class CommTracker:
             fresh = 0
             self._judge_slowdown(key, baseline, finished)
         self.fresh_samples[key] = fresh
+        return sync
 
     def _sync_due(self, finished: int) -> bool:
         """Whether an operation that finished at ``finished`` is the next sync point.
