@@ -15,14 +15,14 @@ from schemas.codec import Rejection, decode, encode
 from schemas.files import Topology
 from streams.core.engine import Engine
 from streams.core.params import DetectorParams
-from streams.core.stage import DetectionStage
-from streams.replay import ReplayStats, replay
+from streams.core.spread import SpreadDetection
+from streams.replay import Replayed, ReplayStats, replay
 
 if TYPE_CHECKING:
     from c4.settings import Settings
 
 
-def load_placements(stage: DetectionStage, path: str) -> None:
+def load_placements(stage: Replayed, path: str) -> None:
     """Feed the stage a file of job (or member) messages; bad lines are reported and
     skipped, and a file of which none is valid is an `InputError`."""
     taken = rejected = 0
@@ -53,14 +53,17 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     topology = load_document(args.topology, "topology", Topology) if args.topology else None
     params, job_params = load_params(args.params) if args.params else (DetectorParams(), {})
     engine = Engine(params, job_params, topology)
+    stage: Replayed = engine
+    if args.node_stages:
+        stage = SpreadDetection(engine, args.node_stages)
     stats = ReplayStats()
     if args.jobs:
-        load_placements(engine, args.jobs)
+        load_placements(stage, args.jobs)
     out = sys.stdout.buffer
     stream = sys.stdin.buffer if args.file == "-" else Path(args.file).open("rb")  # noqa: SIM115
     with stream, fewer_collections(), ReadProgress(stream, "diagnose", sys.stderr) as progress:
         lines = json_lines(progress.source, args.file)
-        for diagnosis in replay(engine, lines, stats, progress.messages):
+        for diagnosis in replay(stage, lines, stats, progress.messages):
             with progress.above(sys.stdout):
                 out.write(encode(diagnosis) + b"\n")
     out.flush()
@@ -81,5 +84,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--topology", help="v1 topology file (enables the fabric correlator)")
     parser.add_argument("--jobs", help="JSON Lines of v1 job messages (placements)")
     parser.add_argument("--params", help='detector parameters: {"defaults": {}, "jobs": {}}')
+    parser.add_argument(
+        "--node-stages",
+        type=_positive,
+        default=0,
+        metavar="N",
+        help="take the collective reports in N node stages that hand each operation's parts"
+        " to the job stage at barriers, as a job spread over workers is read (default: one"
+        " detector takes every report)",
+    )
     parser.add_argument("file", nargs="?", default="-", help="JSON Lines of v1 messages, or -")
     parser.set_defaults(handler=_run)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        message = f"not a whole number: {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
+    if value < 1:
+        message = f"must be at least 1, not {value}"
+        raise argparse.ArgumentTypeError(message)
+    return value

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Protocol
 
+from schemas.base import C4Model
 from schemas.codec import MAX_MESSAGE_BYTES
 from schemas.messages import Diagnosis
 from schemas.records import Rejected, decode_record
-from streams.core.stage import DetectionStage
+
+
+class Replayed(Protocol):
+    """What a replay feeds: a `streams.core.stage.DetectionStage`, or the node and job
+    stages of `streams.core.spread`."""
+
+    def on_message(self, message: C4Model) -> list[Diagnosis]:
+        """Take one message; the diagnoses that changed."""
+        ...
+
+    def on_eof(self) -> list[Diagnosis]:
+        """The input ended: the last judgement."""
+        ...
 
 
 @dataclass(slots=True)
@@ -22,7 +35,7 @@ class ReplayStats:
 
 
 def replay(
-    stage: DetectionStage,
+    stage: Replayed,
     lines: Iterable[tuple[int, bytes | None]],
     stats: ReplayStats,
     errors: IO[str] | None = None,

@@ -156,6 +156,19 @@ class CommTracker:
 
     def ingest(self, message: Collective) -> None:
         """Take one rank's report: its liveness, places, operations and connections."""
+        member = self._take_member(message)
+        self._take_ops(message)
+        if message.conns is not None:
+            self._take_conns(message, member)
+
+    def ingest_merged(self, message: Collective) -> None:
+        """Take one rank's report whose operations a shard took (`streams.core.shard`):
+        its liveness, places and connections."""
+        member = self._take_member(message)
+        if message.conns is not None:
+            self._take_conns(message, member)
+
+    def _take_member(self, message: Collective) -> Member:
         rank = message.rank
         member = self.members[rank]
         if message.ts_ns > member.last_seen_ns:
@@ -182,6 +195,10 @@ class CommTracker:
         if message.gpu is not None and member.gpu != message.gpu:
             member.gpu = message.gpu
             self.place_version += 1
+        return member
+
+    def _take_ops(self, message: Collective) -> None:
+        rank = message.rank
         ops = message.ops
         ts_ns = message.ts_ns
         seqs: tuple[int, ...] = ops.seq
@@ -234,6 +251,9 @@ class CommTracker:
                 self.finished_ns = finished
         if ops.seq and pending and min(pending) < max(ops.seq):
             self._infer_earlier(rank, ops.seq, ops.end_ns, ts_ns)
+
+    def _take_conns(self, message: Collective, member: Member) -> None:
+        rank = message.rank
         if message.conns is not None:
             self.conn_version += 1
             self.conn_reports[rank] = self.conn_reports.get(rank, 0) + 1

@@ -28,6 +28,7 @@ from schemas.messages import (
 from streams.core.alignment import LinkAlignment
 from streams.core.cabling import CablingCheck
 from streams.core.clock import TickClock
+from streams.core.comm import NOT_YET
 from streams.core.fabric import FabricCorrelator
 from streams.core.findings import FindingBook, OpenFinding
 from streams.core.hardware import HardwareMonitor, empty_node_state
@@ -35,7 +36,9 @@ from streams.core.job import JobDetector
 from streams.core.membership import MembershipBook
 from streams.core.params import DetectorParams
 from streams.core.places import PlacementIndex, PortHealth, Routes, port_id
+from streams.core.shard import SeqPart
 from streams.core.slowpath import SlowPath
+from streams.core.split import JobShare
 from streams.core.stage import JOB, NODE, KeyState, StateKey, finding_key, state_key
 
 
@@ -393,7 +396,44 @@ class Engine:
         replaced = self.membership.replaced_before_ns(job)
         return replaced is not None and message.ts_ns < replaced and message.restart is None
 
-    def _on_collective(self, message: Collective) -> list[Diagnosis]:
+    def on_shares(self, shares: list[JobShare]) -> list[Diagnosis]:
+        """Take what the node stages handed on at a barrier (`streams.core.split`): per
+        job, its reports in event-time order (liveness, places, connections, compute
+        windows), then its groups' operation parts and open operations. The order is the
+        same however many node stages there were."""
+        out: list[Diagnosis] = []
+        by_job: dict[str, list[JobShare]] = {}
+        for share in shares:
+            by_job.setdefault(share.job, []).append(share)
+        for job in sorted(by_job):
+            its = by_job[job]
+            reports = sorted(
+                (report for share in its for report in share.reports), key=_report_order
+            )
+            self.counts["Collective"] = self.counts.get("Collective", 0) + len(reports)
+            for report in reports:
+                out.extend(self._on_collective(report, merged=True))
+            agents = sorted(agent for share in its for agent in share.agents)
+            for node, ts_ns in agents:
+                self._agent_present(job, node, ts_ns)
+            detector = self.jobs.get(job)
+            if detector is None:
+                continue
+            parts = sorted((part for share in its for part in share.parts), key=_part_order)
+            for part in parts:
+                detector.on_part(part)
+            opens: dict[str, list[SeqPart]] = {}
+            finished: dict[str, int] = {}
+            for share in its:
+                for comm, latest in share.finished:
+                    finished[comm] = max(latest, finished.get(comm, NOT_YET))
+                for part in share.opens:
+                    opens.setdefault(part.comm, []).append(part)
+            for comm in sorted(set(opens) | set(finished) | detector.merging_comms()):
+                detector.on_open(comm, opens.get(comm, []), finished.get(comm, NOT_YET))
+        return out
+
+    def _on_collective(self, message: Collective, merged: bool = False) -> list[Diagnosis]:
         out: list[Diagnosis] = []
         if self._earlier_run(message):
             # Reported by a run the job's restart replaced (in flight at the requeue): its
@@ -408,7 +448,7 @@ class Engine:
         detector = self._job(message.job)
         if run is not None and (detector.run is None or run > detector.run):
             detector.run = run
-        detector.on_collective(message)
+        detector.on_collective(message, merged)
         # A job whose reports lag far behind the clock (live: its partition catching up
         # a backlog, or its reports held for link reports) gets no global tick while it
         # catches up: it is checked on its own data time instead, so no slowdown or
@@ -702,3 +742,13 @@ def _held_dump(message: Collective) -> dict[str, Any]:
     """A held report as plain data for its job's snapshot. Python mode: tuples as they are
     (orjson writes them as arrays), 4x faster than the JSON mode."""
     return message.model_dump(by_alias=True)
+
+
+def _report_order(report: Collective) -> tuple[int, int, str]:
+    """Reports of a barrier in event time, then rank and group: the same order whichever
+    node stage handed them on."""
+    return (report.ts_ns, report.global_rank, report.comm)
+
+
+def _part_order(part: SeqPart) -> tuple[str, int, int]:
+    return (part.comm, part.seq, part.members[0] if part.members else -1)

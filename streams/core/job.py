@@ -20,6 +20,7 @@ from streams.core.hangs import HangCheck
 from streams.core.nodes import NodeWatch
 from streams.core.params import DetectorParams
 from streams.core.places import PortHealth, Routes
+from streams.core.shard import SeqMerge, SeqPart
 from streams.core.slowdowns import SlowdownCheck
 from streams.core.slowpath import SlowPath
 from streams.core.stragglers import StragglerCheck
@@ -48,6 +49,8 @@ class JobDetector:
         # Next check in this job's own data time, when its reports lag the clock.
         self.next_check_ns = 0
         self._groups = JobGroups(job)
+        # Per group, the parts its shards handed on (a job spread over workers).
+        self._merges: dict[str, SeqMerge] = {}
         # The placement as plain data and the version it is of: a snapshot of a job of
         # thousands of ranks dumped every rank's place anew each time (40 us a rank).
         self._placement_state: tuple[int, list[dict[str, Any]]] | None = None
@@ -103,18 +106,52 @@ class JobDetector:
         return self._groups.latest_seen_ns()
 
     # --- input -----------------------------------------------------------------------
-    def on_collective(self, message: Collective) -> None:
-        """Take one rank's report."""
+    def on_collective(self, message: Collective, merged: bool = False) -> None:
+        """Take one rank's report (``merged``: its operations went to a shard of its
+        group, whose parts come through `on_part`)."""
         self._nodes.on_report(message.ts_ns)
         comms = self._groups.comms
         tracker = comms.get(message.comm)
         if tracker is None or tracker.size != message.comm_size:
             tracker = CommTracker(self.job, message.comm, message.comm_size, self.params)
             comms[message.comm] = tracker
+            self._merges.pop(message.comm, None)
             self._throughputs.forget(message.comm)
             self._slowdowns.forget(message.comm)
-        tracker.ingest(message)
+        if merged:
+            tracker.ingest_merged(message)
+        else:
+            tracker.ingest(message)
         self._stragglers.add(message)
+
+    def _merge(self, comm: str) -> SeqMerge | None:
+        tracker = self._groups.comms.get(comm)
+        if tracker is None:
+            return None
+        merge = self._merges.get(comm)
+        if merge is None or merge.tracker is not tracker:
+            merge = self._merges[comm] = SeqMerge(tracker)
+        return merge
+
+    def on_part(self, part: SeqPart) -> None:
+        """A shard's part of an operation of one of the job's groups (`streams.core.shard`)."""
+        merge = self._merge(part.comm)
+        if merge is not None and merge.tracker.size == part.size:
+            merge.add(part)
+
+    def merging_comms(self) -> set[str]:
+        """The groups with operations pending from parts (rebuilt at each barrier)."""
+        return {c for c, merge in self._merges.items() if merge.tracker.pending or merge.merging}
+
+    def on_open(self, comm: str, opens: list[SeqPart], finished_ns: int) -> None:
+        """A group's operations its shards' members are still in (all of them, each shard's
+        latest finished operation): the tracker's pending operations anew."""
+        merge = self._merge(comm)
+        if merge is None:
+            return
+        merge.rebuild_pending(opens)
+        if finished_ns > merge.tracker.finished_ns:
+            merge.tracker.finished_ns = finished_ns
 
     def on_agent(self, node: str, ts_ns: int) -> None:
         """The node's agent was up at ``ts_ns`` (a batch it packed, empty or not)."""

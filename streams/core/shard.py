@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import itemgetter, sub
 
-from streams.core.comm import MAX_COMPLETED, MAX_PENDING, CommTracker
+from streams.core.comm import MAX_COMPLETED, MAX_PENDING, NOT_YET, CommTracker, SeqState
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,7 @@ class SeqPart:
     """What the members of one shard did in one operation of a communicator."""
 
     comm: str
+    size: int  # the communicator's
     seq: int
     op: str
     nbytes: int
@@ -73,6 +74,9 @@ class ShardComm:
         self.handed: dict[int, int] = {}
         self.floor = 0
         self._ready: list[SeqPart] = []
+        # The latest end any member reported (at most its report's time): the members'
+        # peers were in that operation too (`CommTracker.finished_ns`).
+        self.finished_ns = NOT_YET
 
     def ingest(
         self,
@@ -91,6 +95,7 @@ class ShardComm:
         known = len(self.joined)
         open_ = self.open
         handed = self.handed
+        finished = NOT_YET
         for i in range(len(seqs)):  # indexed: compiled, a loop over typed tuples
             seq = seqs[i]
             state = open_.get(seq)
@@ -107,10 +112,18 @@ class ShardComm:
                 state.enter[rank] = enters[i]
                 state.entered_ns = ts_ns
             end = ends[i]
-            if end is not None and rank not in state.end:
+            if end is None:
+                continue
+            if end > finished:
+                finished = end
+            if rank not in state.end:
                 state.end[rank] = end
                 if len(state.end) + state.before == known:
                     self._hand_on(seq, state)
+        if finished != NOT_YET:
+            finished = min(finished, ts_ns)  # no report vouches for later than its own time
+            if finished > self.finished_ns:
+                self.finished_ns = finished
         if seqs and open_ and min(open_) < max(seqs):
             self._infer_earlier(rank, seqs, ends, ts_ns)
 
@@ -148,6 +161,7 @@ class ShardComm:
         self._ready.append(
             SeqPart(
                 self.comm,
+                self.size,
                 seq,
                 state.op,
                 state.nbytes,
@@ -164,6 +178,30 @@ class ShardComm:
         """The parts handed on since the last call, in the order they completed here."""
         ready, self._ready = self._ready, []
         return ready
+
+    def open_parts(self) -> list[SeqPart]:
+        """The operations its members are still in: who entered (and when), who ended
+        (`NOT_YET` for those that did not), for the job stage's hang checks."""
+        out = []
+        for seq, state in self.open.items():
+            members = tuple(sorted(state.enter))
+            ends = state.end
+            out.append(
+                SeqPart(
+                    self.comm,
+                    self.size,
+                    seq,
+                    state.op,
+                    state.nbytes,
+                    state.first_seen_ns,
+                    state.entered_ns,
+                    members,
+                    _picked(state.enter, members),
+                    tuple(ends.get(m, NOT_YET) for m in members),
+                    state.inferred,
+                )
+            )
+        return out
 
 
 @dataclass(slots=True)
@@ -193,6 +231,9 @@ class SeqMerge:
         if merging is None:
             if seq < tracker.floor or seq in tracker.completed:
                 return  # a late part of a completed operation
+            if len(part.members) >= tracker.size:
+                self._complete_whole(part)  # a group within one shard: nothing to wait for
+                return
             if len(self.merging) >= MAX_PENDING:
                 oldest = min(self.merging)
                 del self.merging[oldest]
@@ -208,6 +249,67 @@ class SeqMerge:
         if merging.covered >= tracker.size:
             del self.merging[seq]
             self._complete(seq, merging)
+
+    def rebuild_pending(self, opens: list[SeqPart]) -> None:
+        """The tracker's pending operations, as its hang checks read them, from the parts
+        merged so far and the shards' open ones (each member's enter and end, or
+        `NOT_YET`)."""
+        tracker = self.tracker
+        size = tracker.size
+        pending: dict[int, SeqState] = {}
+        for part in [p for m in self.merging.values() for p in m.parts] + opens:
+            seq = part.seq
+            if seq < tracker.floor or seq in tracker.completed:
+                continue
+            state = pending.get(seq)
+            if state is None:
+                state = pending[seq] = SeqState(
+                    part.op, part.nbytes, [NOT_YET] * size, [NOT_YET] * size
+                )
+                state.first_seen_ns = part.first_seen_ns
+                state.all_entered_ns = part.entered_ns  # the latest so far (see below)
+            elif part.first_seen_ns < state.first_seen_ns:
+                state.first_seen_ns = part.first_seen_ns
+            if state.all_entered_ns is not None and part.entered_ns > state.all_entered_ns:
+                state.all_entered_ns = part.entered_ns
+            state.inferred = state.inferred or part.inferred
+            enter, end = state.enter, state.end
+            for member, entered, ended in zip(part.members, part.enters, part.ends, strict=True):
+                if enter[member] == NOT_YET:
+                    enter[member] = entered
+                    state.entered += 1
+                if ended != NOT_YET and end[member] == NOT_YET:
+                    end[member] = ended
+                    state.ended += 1
+        for state in pending.values():
+            if state.entered < size:
+                state.all_entered_ns = None  # the report that completed entry is yet to come
+        tracker.pending = dict(sorted(pending.items()))
+
+    def _complete_whole(self, part: SeqPart) -> None:
+        """An operation one part covers: learnt from as the tracker learns from it."""
+        tracker = self.tracker
+        seq = part.seq
+        tracker.complete_merged(seq)
+        if part.inferred:
+            return
+        ends = part.ends
+        durations = list(map(sub, ends, part.enters))
+        finished = max(ends)
+        size = tracker.size
+        if size == 2:
+            first, second = durations
+            shortest, longest = (first, second) if first <= second else (second, first)
+            middle: float = 0.0
+            last = 0
+        else:
+            ordered = sorted(durations)
+            shortest, longest = ordered[0], ordered[-1]
+            half = size // 2
+            middle = ordered[half] if size % 2 else (ordered[half - 1] + ordered[half]) / 2
+            last = part.members[durations.index(shortest)]
+        if tracker.learn(seq, part.op, part.nbytes, shortest, longest, middle, last, finished):
+            tracker.syncs.append((seq, list(ends)))
 
     def _complete(self, seq: int, merging: _Merging) -> None:
         tracker = self.tracker
