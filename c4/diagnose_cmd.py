@@ -20,6 +20,7 @@ from streams.replay import Replayed, ReplayStats, replay
 
 if TYPE_CHECKING:
     from c4.settings import Settings
+    from streams.spread_replay import SpreadReplay
 
 
 def load_placements(stage: Replayed, path: str) -> None:
@@ -54,7 +55,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     params, job_params = load_params(args.params) if args.params else (DetectorParams(), {})
     engine = Engine(params, job_params, topology)
     stage: Replayed = engine
-    if args.node_stages:
+    spread: SpreadReplay | None = None
+    if args.workers:
+        # Imported here: multiprocessing is paid for only by the replays that use it.
+        from streams.spread_replay import SpreadReplay
+
+        stage = spread = SpreadReplay(engine, args.workers)
+    elif args.node_stages:
         stage = SpreadDetection(engine, args.node_stages)
     stats = ReplayStats()
     if args.jobs:
@@ -63,7 +70,12 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     stream = sys.stdin.buffer if args.file == "-" else Path(args.file).open("rb")  # noqa: SIM115
     with stream, fewer_collections(), ReadProgress(stream, "diagnose", sys.stderr) as progress:
         lines = json_lines(progress.source, args.file)
-        for diagnosis in replay(stage, lines, stats, progress.messages):
+        found = (
+            replay(stage, lines, stats, progress.messages)
+            if spread is None
+            else spread.run(lines, stats, progress.messages)
+        )
+        for diagnosis in found:
             with progress.above(sys.stdout):
                 out.write(encode(diagnosis) + b"\n")
     out.flush()
@@ -92,6 +104,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="take the collective reports in N node stages that hand each operation's parts"
         " to the job stage at barriers, as a job spread over workers is read (default: one"
         " detector takes every report)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=_positive,
+        default=0,
+        metavar="N",
+        help="the node stages in N worker processes, the job stage in this one: a large"
+        " job's replay on N more cores, the same findings (overrides --node-stages)",
     )
     parser.add_argument("file", nargs="?", default="-", help="JSON Lines of v1 messages, or -")
     parser.set_defaults(handler=_run)

@@ -28,7 +28,7 @@ from schemas.messages import (
 from streams.core.alignment import LinkAlignment
 from streams.core.cabling import CablingCheck
 from streams.core.clock import TickClock
-from streams.core.comm import NOT_YET
+from streams.core.comm import NOT_YET, Report
 from streams.core.fabric import FabricCorrelator
 from streams.core.findings import FindingBook, OpenFinding
 from streams.core.hardware import HardwareMonitor, empty_node_state
@@ -379,7 +379,7 @@ class Engine:
         self._closed_books[job] = detector.book
         return closed
 
-    def _earlier_run(self, message: Collective) -> bool:
+    def _earlier_run(self, message: Report) -> bool:
         """Whether the report is of a run the job has left: a lower ``restart`` than the
         job's current run, or (without one) stamped before that run's first member report."""
         job = message.job
@@ -433,7 +433,7 @@ class Engine:
                 detector.on_open(comm, opens.get(comm, []), finished.get(comm, NOT_YET))
         return out
 
-    def _on_collective(self, message: Collective, merged: bool = False) -> list[Diagnosis]:
+    def _on_collective(self, message: Report, merged: bool = False) -> list[Diagnosis]:
         out: list[Diagnosis] = []
         if self._earlier_run(message):
             # Reported by a run the job's restart replaced (in flight at the requeue): its
@@ -744,7 +744,7 @@ def _held_dump(message: Collective) -> dict[str, Any]:
     return message.model_dump(by_alias=True)
 
 
-def _report_order(report: Collective) -> tuple[int, int, str]:
+def _report_order(report: Report) -> tuple[int, int, str]:
     """Reports of a barrier in event time, then rank and group: the same order whichever
     node stage handed them on."""
     return (report.ts_ns, report.global_rank, report.comm)

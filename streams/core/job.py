@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from schemas.messages import Collective, Diagnosis, Job, RankPlace
-from streams.core.comm import CommTracker
+from schemas.messages import Diagnosis, Job, RankPlace
+from streams.core.comm import CommTracker, Report
 from streams.core.findings import FindingBook
 from streams.core.groups import JobGroups
 from streams.core.hangs import HangCheck
@@ -106,7 +106,7 @@ class JobDetector:
         return self._groups.latest_seen_ns()
 
     # --- input -----------------------------------------------------------------------
-    def on_collective(self, message: Collective, merged: bool = False) -> None:
+    def on_collective(self, message: Report, merged: bool = False) -> None:
         """Take one rank's report (``merged``: its operations went to a shard of its
         group, whose parts come through `on_part`)."""
         self._nodes.on_report(message.ts_ns)

@@ -210,7 +210,7 @@ class _Merging:
 
     first_seen_ns: int
     entered_ns: int
-    covered: int = 0
+    covered: set[int] = field(default_factory=set)  # the members its parts brought
     parts: list[SeqPart] = field(default_factory=list)
     inferred: bool = False
 
@@ -239,14 +239,17 @@ class SeqMerge:
                 del self.merging[oldest]
                 tracker.complete_merged(oldest)  # given up on, as the tracker evicts
             merging = self.merging[seq] = _Merging(part.first_seen_ns, part.entered_ns)
-        elif part.first_seen_ns < merging.first_seen_ns:
+        covered = merging.covered
+        if not covered.isdisjoint(part.members):
+            return  # a member two shards both took (reports routed apart): the first counts
+        covered.update(part.members)
+        if part.first_seen_ns < merging.first_seen_ns:
             merging.first_seen_ns = part.first_seen_ns
         if part.entered_ns > merging.entered_ns:
             merging.entered_ns = part.entered_ns
         merging.parts.append(part)
-        merging.covered += len(part.members)
         merging.inferred = merging.inferred or part.inferred
-        if merging.covered >= tracker.size:
+        if len(covered) >= tracker.size:
             del self.merging[seq]
             self._complete(seq, merging)
 

@@ -11,10 +11,112 @@ report (liveness, places, connections, compute windows).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from schemas.messages import Collective, Collectives
-from streams.core.comm import NOT_YET
+from streams.core.comm import NOT_YET, Report
 from streams.core.shard import SeqPart, ShardComm
+
+
+@dataclass(frozen=True, slots=True)
+class HandedOps:
+    """A report's operations as a node stage hands them on (`schemas.messages.Ops`)."""
+
+    seq: tuple[int, ...]
+    op: tuple[str, ...]
+    bytes: tuple[int, ...]
+    enter_ns: tuple[int, ...]
+    end_ns: tuple[int | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HandedConns:
+    """A report's connection samples as a node stage hands them on."""
+
+    peer: tuple[int, ...]
+    port: tuple[str, ...]
+    bytes: tuple[int, ...]
+    busy_ns: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HandedReport:
+    """A report as a node stage hands it on: what the job stage reads of it (a `Report`),
+    validated by the node stage, without the decoded model (a process boundary carries
+    plain rows: `report_row`)."""
+
+    job: str
+    comm: str
+    comm_size: int
+    rank: int
+    global_rank: int
+    node: str | None
+    gpu: int | None
+    ts_ns: int
+    ops: HandedOps
+    conns: HandedConns | None
+    restart: int | None
+
+
+def report_row(report: Report) -> tuple[Any, ...]:
+    """A report as plain data (pickled across a process boundary)."""
+    ops, conns = report.ops, report.conns
+    return (
+        report.job,
+        report.comm,
+        report.comm_size,
+        report.rank,
+        report.global_rank,
+        report.node,
+        report.gpu,
+        report.ts_ns,
+        (ops.seq, ops.op, ops.bytes, ops.enter_ns, ops.end_ns),
+        None if conns is None else (conns.peer, conns.port, conns.bytes, conns.busy_ns),
+        report.restart,
+    )
+
+
+def report_of_row(row: tuple[Any, ...]) -> HandedReport:
+    """The report a `report_row` holds."""
+    job, comm, size, rank, global_rank, node, gpu, ts_ns, ops, conns, restart = row
+    return HandedReport(
+        job,
+        comm,
+        size,
+        rank,
+        global_rank,
+        node,
+        gpu,
+        ts_ns,
+        HandedOps(*ops),
+        None if conns is None else HandedConns(*conns),
+        restart,
+    )
+
+
+def part_row(part: SeqPart) -> tuple[Any, ...]:
+    """A part as plain data."""
+    return (
+        part.comm,
+        part.size,
+        part.seq,
+        part.op,
+        part.nbytes,
+        part.first_seen_ns,
+        part.entered_ns,
+        part.members,
+        part.enters,
+        part.ends,
+        part.inferred,
+    )
+
+
+def part_of_row(row: tuple[Any, ...]) -> SeqPart:
+    """The part a `part_row` holds."""
+    comm, size, seq, op, nbytes, first_seen, entered, members, enters, ends, inferred = row
+    return SeqPart(
+        comm, size, seq, op, nbytes, first_seen, entered, members, enters, ends, inferred
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +124,7 @@ class JobShare:
     """What one node stage hands the job stage of one job at a barrier."""
 
     job: str
-    reports: tuple[Collective, ...]
+    reports: tuple[Report, ...]
     parts: tuple[SeqPart, ...]  # operations its members completed, in the order they did
     opens: tuple[SeqPart, ...]  # operations its members are still in
     finished: tuple[tuple[str, int], ...]  # (comm, latest end its members reported)
@@ -32,7 +134,7 @@ class JobShare:
 @dataclass(slots=True)
 class _NodeJob:
     comms: dict[str, ShardComm] = field(default_factory=dict)
-    reports: list[Collective] = field(default_factory=list)
+    reports: list[Report] = field(default_factory=list)
     agents: list[tuple[str, int]] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)  # groups with reports since the barrier
 
@@ -42,9 +144,14 @@ class NodeStage:
 
     def __init__(self) -> None:
         self._jobs: dict[str, _NodeJob] = {}
+        # The latest event time of what it took since the last barrier (`event_time`).
+        self.latest_ns = NOT_YET
 
     def on_message(self, message: Collective | Collectives) -> None:
         """Take one report, or one node's batch of them."""
+        latest = event_time(message)
+        if latest > self.latest_ns:
+            self.latest_ns = latest
         if isinstance(message, Collectives):
             for each in message.messages:
                 self._take(each)
@@ -75,8 +182,10 @@ class NodeStage:
         """The job stopped or restarted: what its groups were in is of no run any more."""
         self._jobs.pop(job, None)
 
-    def barrier(self) -> list[JobShare]:
-        """Everything taken since the last barrier, per job."""
+    def barrier(self) -> tuple[list[JobShare], int]:
+        """Everything taken since the last barrier, per job, and the latest event time of
+        it (`NOT_YET`: nothing)."""
+        latest, self.latest_ns = self.latest_ns, NOT_YET
         shares = []
         for job, state in self._jobs.items():
             parts: list[SeqPart] = []
@@ -102,4 +211,15 @@ class NodeStage:
             )
             state.reports, state.agents = [], []
             state.touched = set()
-        return shares
+        return shares, latest
+
+
+def event_time(message: Collective | Collectives) -> int:
+    """The event time a report or a batch moves the clock to: its latest ``ts_ns``, the
+    batch's own among them (what a router reads off the record without decoding it)."""
+    latest = message.ts_ns
+    if isinstance(message, Collectives):
+        for each in message.messages:
+            if each.ts_ns > latest:
+                latest = each.ts_ns
+    return latest

@@ -16,8 +16,9 @@ import zlib
 
 from schemas.base import C4Model
 from schemas.messages import Collective, Collectives, Diagnosis, Job, Member, Route
+from streams.core.comm import NOT_YET
 from streams.core.engine import Engine
-from streams.core.split import JobShare, NodeStage
+from streams.core.split import JobShare, NodeStage, event_time
 
 
 def node_stage_of(node: str, stages: int) -> int:
@@ -36,11 +37,15 @@ class SpreadDetection:
         self.stages = [NodeStage() for _ in range(node_stages)]
 
     def barrier(self) -> list[Diagnosis]:
-        """Hand the job stage what every node stage took since the last barrier."""
-        shares: list[JobShare] = [share for stage in self.stages for share in stage.barrier()]
-        if not shares:
-            return []
-        return self.engine.on_shares(shares)
+        """Hand the job stage what every node stage took since the last barrier; then
+        move its clock to the latest of it (a periodic check, when due, judges it all)."""
+        shares: list[JobShare] = []
+        latest = NOT_YET
+        for stage in self.stages:
+            taken, until = stage.barrier()
+            shares.extend(taken)
+            latest = max(latest, until)
+        return apply_barrier(self.engine, shares, latest)
 
     def on_message(self, message: C4Model) -> list[Diagnosis]:
         """Feed one message: a report to its node's stage, anything else to the job stage."""
@@ -48,10 +53,8 @@ class SpreadDetection:
         if isinstance(message, Collective | Collectives):
             node = message.node or message.job
             self.stages[node_stage_of(node, len(self.stages))].on_message(message)
-            ts_ns = _latest(message)
-            out = self.barrier() if engine.clock.due(ts_ns) else []
-            out.extend(engine.advance(ts_ns))
-            return out
+            # The clock moves at barriers only: a check judges what every stage took.
+            return self.barrier() if engine.clock.due(event_time(message)) else []
         out = self.barrier() if isinstance(message, Job | Member | Route) else []
         if isinstance(message, Job) and message.state == "stopped":
             for stage in self.stages:
@@ -65,8 +68,10 @@ class SpreadDetection:
         return found + self.engine.on_eof()
 
 
-def _latest(message: Collective | Collectives) -> int:
-    """The event time a report or batch moves the clock to."""
-    if isinstance(message, Collectives):
-        return max((each.ts_ns for each in message.messages), default=message.ts_ns)
-    return message.ts_ns
+def apply_barrier(engine: Engine, shares: list[JobShare], latest_ns: int) -> list[Diagnosis]:
+    """The job stage's side of a barrier: what the node stages handed on, then the clock
+    moved to the latest event time of it."""
+    found = engine.on_shares(shares) if shares else []
+    if latest_ns != NOT_YET:
+        found.extend(engine.advance(latest_ns))
+    return found
