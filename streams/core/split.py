@@ -11,15 +11,14 @@ report (liveness, places, connections, compute windows).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from schemas.messages import Collective, Collectives
 from streams.core.comm import NOT_YET, Report
 from streams.core.shard import SeqPart, ShardComm
 
 
-@dataclass(frozen=True, slots=True)
-class HandedOps:
+class HandedOps(NamedTuple):
     """A report's operations as a node stage hands them on (`schemas.messages.Ops`)."""
 
     seq: tuple[int, ...]
@@ -29,8 +28,7 @@ class HandedOps:
     end_ns: tuple[int | None, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class HandedConns:
+class HandedConns(NamedTuple):
     """A report's connection samples as a node stage hands them on."""
 
     peer: tuple[int, ...]
@@ -39,11 +37,10 @@ class HandedConns:
     busy_ns: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class HandedReport:
+class HandedReport(NamedTuple):
     """A report as a node stage hands it on: what the job stage reads of it (a `Report`),
-    validated by the node stage, without the decoded model (a process boundary carries
-    plain rows: `report_row`)."""
+    validated by the node stage, without the decoded model. Tuples: a process boundary
+    carries them at the cost of their values (`handed`)."""
 
     job: str
     comm: str
@@ -58,10 +55,10 @@ class HandedReport:
     restart: int | None
 
 
-def report_row(report: Report) -> tuple[Any, ...]:
-    """A report as plain data (pickled across a process boundary)."""
+def handed(report: Report) -> HandedReport:
+    """A report as the job stage reads it, in tuples."""
     ops, conns = report.ops, report.conns
-    return (
+    return HandedReport(
         report.job,
         report.comm,
         report.comm_size,
@@ -70,27 +67,9 @@ def report_row(report: Report) -> tuple[Any, ...]:
         report.node,
         report.gpu,
         report.ts_ns,
-        (ops.seq, ops.op, ops.bytes, ops.enter_ns, ops.end_ns),
-        None if conns is None else (conns.peer, conns.port, conns.bytes, conns.busy_ns),
+        HandedOps(ops.seq, ops.op, ops.bytes, ops.enter_ns, ops.end_ns),
+        None if conns is None else HandedConns(conns.peer, conns.port, conns.bytes, conns.busy_ns),
         report.restart,
-    )
-
-
-def report_of_row(row: tuple[Any, ...]) -> HandedReport:
-    """The report a `report_row` holds."""
-    job, comm, size, rank, global_rank, node, gpu, ts_ns, ops, conns, restart = row
-    return HandedReport(
-        job,
-        comm,
-        size,
-        rank,
-        global_rank,
-        node,
-        gpu,
-        ts_ns,
-        HandedOps(*ops),
-        None if conns is None else HandedConns(*conns),
-        restart,
     )
 
 

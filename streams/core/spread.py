@@ -3,11 +3,13 @@
 
 Collective reports go to the node stage of their node (`streams.core.split`); everything
 else, and what the node stages hand on, to the job stage (the `Engine`). The node stages
-hand on at barriers: before each periodic check (when a report's event time makes one due),
-before a fact about a job (a placement, a member report, a route plan: it may stop or
-restart the job) and at the end of the input. What the job stage learns at a barrier is in
-an order of its own (`Engine.on_shares`), so the findings are the same however many node
-stages took the reports.
+hand on at barriers: once a tick of event time (`MeetingClock`, moved by the reports' and
+the hardware reports' times, as the job stage's own clock is), before a fact about a job (a
+placement, a member report, a route plan: it may stop or restart the job) and at the end of
+the input. The job stage's clock moves by the reports only at barriers, so a periodic check
+judges every report taken before it. What the job stage learns at a barrier is in an order
+of its own (`Engine.on_shares`), so the findings are the same however many node stages
+took the reports, in one process or in several (`streams.spread_replay`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,19 @@ from __future__ import annotations
 import zlib
 
 from schemas.base import C4Model
-from schemas.messages import Collective, Collectives, Diagnosis, Job, Member, Route
+from schemas.messages import (
+    Collective,
+    Collectives,
+    Diagnosis,
+    Gpu,
+    Gpus,
+    Job,
+    Link,
+    Links,
+    Member,
+    Route,
+)
+from streams.core.clock import TickClock
 from streams.core.comm import NOT_YET
 from streams.core.engine import Engine
 from streams.core.split import JobShare, NodeStage, event_time
@@ -24,6 +38,28 @@ from streams.core.split import JobShare, NodeStage, event_time
 def node_stage_of(node: str, stages: int) -> int:
     """Which of ``stages`` node stages takes a node's reports (stable across runs)."""
     return zlib.crc32(node.encode()) % stages
+
+
+class MeetingClock:
+    """When the node stages and the job stage meet: once a tick of event time, as read off
+    the input (a report's or batch's latest ``ts_ns``, a hardware report's), before the
+    message whose time makes the tick due is judged."""
+
+    def __init__(self, tick_ns: int) -> None:
+        self._clock = TickClock(tick_ns)
+
+    def due(self, ts_ns: int) -> bool:
+        """Move to ``ts_ns`` (never back); whether the stages meet now."""
+        return self._clock.advance(ts_ns)
+
+
+def hardware_time(message: C4Model) -> int | None:
+    """The event time of a hardware report or batch (None for any other message)."""
+    if isinstance(message, Links | Gpus):
+        return max((each.ts_ns for each in message.messages), default=message.ts_ns)
+    if isinstance(message, Link | Gpu):
+        return message.ts_ns
+    return None
 
 
 class SpreadDetection:
@@ -35,6 +71,7 @@ class SpreadDetection:
             raise ValueError(message)
         self.engine = engine
         self.stages = [NodeStage() for _ in range(node_stages)]
+        self.meeting = MeetingClock(engine.params.tick_ns)
 
     def barrier(self) -> list[Diagnosis]:
         """Hand the job stage what every node stage took since the last barrier; then
@@ -53,9 +90,12 @@ class SpreadDetection:
         if isinstance(message, Collective | Collectives):
             node = message.node or message.job
             self.stages[node_stage_of(node, len(self.stages))].on_message(message)
-            # The clock moves at barriers only: a check judges what every stage took.
-            return self.barrier() if engine.clock.due(event_time(message)) else []
-        out = self.barrier() if isinstance(message, Job | Member | Route) else []
+            return self.barrier() if self.meeting.due(event_time(message)) else []
+        hardware_ns = hardware_time(message)
+        meets = isinstance(message, Job | Member | Route) or (
+            hardware_ns is not None and self.meeting.due(hardware_ns)
+        )
+        out = self.barrier() if meets else []
         if isinstance(message, Job) and message.state == "stopped":
             for stage in self.stages:
                 stage.forget(message.job)
