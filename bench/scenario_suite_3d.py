@@ -23,6 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.scenario_suite import run_case  # noqa: E402
+from schemas.codec import encode  # noqa: E402
 from simulator.scoring import format_table, score_case  # noqa: E402
 from simulator.suite3d import Case, generate_3d_suite  # noqa: E402
 
@@ -30,9 +31,13 @@ MIN_PRECISION = 0.99
 MIN_RECALL = 0.95
 
 
-def _one(case: Case) -> dict[str, Any]:
+def _one(case: Case, node_stages: int = 0) -> dict[str, Any]:
     started = time.perf_counter()
-    truths, findings, _ = run_case(case.scenario)
+    truths, findings, _ = run_case(case.scenario, node_stages)
+    # With node stages, the case through one detector too: the same findings, byte for byte?
+    same = not node_stages or [encode(f) for f in run_case(case.scenario)[1]] == [
+        encode(f) for f in findings
+    ]
     score = score_case(truths, findings)
     firing = [f for f in findings if f.state == "firing"]
     matched = {id(f) for _, f in score.matched_findings}
@@ -49,6 +54,7 @@ def _one(case: Case) -> dict[str, Any]:
         ],
         "missed": [t.suspect_id for t in score.missed],
         "seconds": time.perf_counter() - started,
+        "same": same,
     }
 
 
@@ -69,9 +75,12 @@ class Summary3D:
     classes: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
     seconds: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    differing: list[str] = field(default_factory=list)  # through node stages: not the same
 
     def add(self, result: dict[str, Any]) -> None:
         """Fold one case's result in."""
+        if not result.get("same", True):
+            self.differing.append(str(result["name"]))
         kind = str(result["kind"])
         if result["healthy"]:
             self.traps[kind][0] += 1
@@ -122,15 +131,20 @@ class Summary3D:
         return found
 
 
-def run_3d_suite(cases: int, seed: int, max_nodes: int, workers: int) -> Summary3D:
-    """Every case of the 3D suite, scored and folded into one summary."""
+def run_3d_suite(
+    cases: int, seed: int, max_nodes: int, workers: int, node_stages: int = 0
+) -> Summary3D:
+    """Every case of the 3D suite, scored and folded into one summary (with
+    ``node_stages``, the reports through that many node stages, each case also compared
+    with one detector's findings)."""
     work = generate_3d_suite(cases, seed, max_nodes)
     summary = Summary3D()
+    stages = [node_stages] * len(work)
     if workers <= 1:
-        results = [_one(case) for case in work]
+        results = [_one(case, n) for case, n in zip(work, stages, strict=True)]
     else:
         with ProcessPoolExecutor(workers) as pool:
-            results = list(pool.map(_one, work))
+            results = list(pool.map(_one, work, stages))
     for result in results:
         summary.add(result)
     return summary
@@ -143,9 +157,16 @@ def main() -> int:
     parser.add_argument("--max-nodes", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--verbose", action="store_true", help="list misses and false findings")
+    parser.add_argument(
+        "--node-stages",
+        type=int,
+        default=0,
+        help="the reports through N node stages; each case also through one detector, and"
+        " a case whose findings differ is a missed target",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
-    summary = run_3d_suite(args.cases, args.seed, args.max_nodes, args.workers)
+    summary = run_3d_suite(args.cases, args.seed, args.max_nodes, args.workers, args.node_stages)
     if args.verbose:
         for note in summary.notes:
             print(note, file=sys.stderr)
@@ -157,6 +178,12 @@ def main() -> int:
     )
     print(format_table(summary.rows()))
     problems = summary.problems()
+    if args.node_stages:
+        print(
+            f"{args.node_stages} node stages: findings the same as one detector's, byte for"
+            f" byte, in {len(seconds) - len(summary.differing)} of {len(seconds)} cases"
+        )
+        problems += [f"{name}: findings differ from one detector's" for name in summary.differing]
     for problem in problems:
         print(f"target missed: {problem}")
     print("all targets met" if not problems else f"{len(problems)} targets missed")

@@ -78,7 +78,9 @@ class StragglerCheck:
             tracker.syncs.clear()
 
     def _members(self) -> dict[int, tuple[CommTracker, int]]:
-        """Each global rank's collective group (the largest) and its rank there."""
+        """Each global rank's collective group (the largest; of equal ones the larger id, as
+        `_anchor_groups` picks the group its windows are judged in, whatever order the
+        groups were first seen in) and its rank there."""
         stamp = tuple(
             (id(tracker), tracker.place_version) for tracker in self._groups.comms.values()
         )
@@ -94,7 +96,10 @@ class StragglerCheck:
                     if rank is None:
                         continue
                     best = index.get(rank)
-                    if best is None or tracker.size > best[0].size:
+                    if best is None or (tracker.size, tracker.comm) > (
+                        best[0].size,
+                        best[0].comm,
+                    ):
                         index[rank] = (tracker, position)
             self._members_index = index
             self._members_stamp = stamp
