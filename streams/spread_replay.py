@@ -38,6 +38,7 @@ from schemas.messages import Collective, Collectives, Diagnosis, Job, Member, Ro
 from schemas.records import Rejected, decode_record
 from streams.core.comm import NOT_YET
 from streams.core.engine import Engine
+from streams.core.marks import MarkBlock
 from streams.core.split import (
     JobShare,
     NodeStage,
@@ -119,6 +120,7 @@ def _share_rows(shares: list[JobShare]) -> list[tuple[Any, ...]]:
             [part_row(part) for part in share.opens],
             share.finished,
             share.agents,
+            [(m.comm, m.seq, m.members, m.compute, m.a2a, m.completed) for m in share.marks],
         )
         for share in shares
     ]
@@ -133,8 +135,9 @@ def _shares_of(rows: list[tuple[Any, ...]]) -> list[JobShare]:
             tuple(part_of_row(row) for row in opens),
             tuple(finished),
             tuple(agents),
+            tuple(MarkBlock(*mark) for mark in marks),
         )
-        for job, reports, parts, opens, finished, agents in rows
+        for job, reports, parts, opens, finished, agents, marks in rows
     ]
 
 

@@ -33,6 +33,7 @@ from streams.core.fabric import FabricCorrelator
 from streams.core.findings import FindingBook, OpenFinding
 from streams.core.hardware import HardwareMonitor, empty_node_state
 from streams.core.job import JobDetector
+from streams.core.marks import MarkBlock
 from streams.core.membership import MembershipBook
 from streams.core.params import DetectorParams
 from streams.core.places import PlacementIndex, PortHealth, Routes, port_id
@@ -419,6 +420,7 @@ class Engine:
             detector = self.jobs.get(job)
             if detector is None:
                 continue
+            detector.on_marks(sorted((m for share in its for m in share.marks), key=_mark_order))
             parts = sorted((part for share in its for part in share.parts), key=_part_order)
             for part in parts:
                 detector.on_part(part)
@@ -752,3 +754,7 @@ def _report_order(report: Report) -> tuple[int, int, str]:
 
 def _part_order(part: SeqPart) -> tuple[str, int, int]:
     return (part.comm, part.seq, part.members[0] if part.members else -1)
+
+
+def _mark_order(block: MarkBlock) -> tuple[str, int, int]:
+    return (block.comm, block.seq, block.members[0] if block.members else -1)

@@ -17,6 +17,7 @@ from streams.core.comm import CommTracker, Report
 from streams.core.findings import FindingBook
 from streams.core.groups import JobGroups
 from streams.core.hangs import HangCheck
+from streams.core.marks import MarkBlock, MarkBook
 from streams.core.nodes import NodeWatch
 from streams.core.params import DetectorParams
 from streams.core.places import PortHealth, Routes
@@ -49,8 +50,10 @@ class JobDetector:
         # Next check in this job's own data time, when its reports lag the clock.
         self.next_check_ns = 0
         self._groups = JobGroups(job)
-        # Per group, the parts its shards handed on (a job spread over workers).
+        # Per group, the parts its shards handed on (a job spread over workers), and the
+        # ranks' compute marks.
         self._merges: dict[str, SeqMerge] = {}
+        self._marks = MarkBook()
         # The placement as plain data and the version it is of: a snapshot of a job of
         # thousands of ranks dumped every rank's place anew each time (40 us a rank).
         self._placement_state: tuple[int, list[dict[str, Any]]] | None = None
@@ -116,13 +119,14 @@ class JobDetector:
             tracker = CommTracker(self.job, message.comm, message.comm_size, self.params)
             comms[message.comm] = tracker
             self._merges.pop(message.comm, None)
+            self._marks.forget_before(message.comm, 1 << 62)
             self._throughputs.forget(message.comm)
             self._slowdowns.forget(message.comm)
         if merged:
-            tracker.ingest_merged(message)
+            tracker.ingest_merged(message)  # its spans are the node stage's (`on_marks`)
         else:
             tracker.ingest(message)
-        self._stragglers.add(message)
+            self._stragglers.add(message)
 
     def _merge(self, comm: str) -> SeqMerge | None:
         tracker = self._groups.comms.get(comm)
@@ -138,6 +142,15 @@ class JobDetector:
         merge = self._merge(part.comm)
         if merge is not None and merge.tracker.size == part.size:
             merge.add(part)
+
+    def on_marks(self, blocks: list[MarkBlock]) -> None:
+        """The node stages' compute marks (`streams.core.marks`): the ranks' spans are
+        there, the compute windows are timed from these."""
+        compute = self._stragglers.compute
+        if compute.marks is None:
+            compute.marks = self._marks
+        for block in blocks:
+            self._marks.add(block)
 
     def merging_comms(self) -> set[str]:
         """The groups with operations pending from parts (rebuilt at each barrier)."""

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from schemas.messages import Collective, Collectives
 from streams.core.comm import NOT_YET, Report
+from streams.core.marks import MarkBlock, RankMarks
 from streams.core.shard import SeqPart, ShardComm
 
 
@@ -108,11 +109,13 @@ class JobShare:
     opens: tuple[SeqPart, ...]  # operations its members are still in
     finished: tuple[tuple[str, int], ...]  # (comm, latest end its members reported)
     agents: tuple[tuple[str, int], ...]  # (node, ts) of each batch that named its node
+    marks: tuple[MarkBlock, ...] = ()  # its ranks' compute sums (`streams.core.marks`)
 
 
 @dataclass(slots=True)
 class _NodeJob:
     comms: dict[str, ShardComm] = field(default_factory=dict)
+    marks: RankMarks = field(default_factory=RankMarks)
     reports: list[Report] = field(default_factory=list)
     agents: list[tuple[str, int]] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)  # groups with reports since the barrier
@@ -149,7 +152,10 @@ class NodeStage:
         state = self._job(message.job)
         comm = state.comms.get(message.comm)
         if comm is None or comm.size != message.comm_size:
+            if comm is not None:
+                state.marks.forget(message.comm)
             comm = state.comms[message.comm] = ShardComm(message.comm, message.comm_size)
+        state.marks.add(message)
         ops = message.ops
         comm.ingest(
             message.rank, message.ts_ns, ops.seq, ops.op, ops.bytes, ops.enter_ns, ops.end_ns
@@ -176,7 +182,8 @@ class NodeStage:
                     opens.extend(comm.open_parts())
                 if comm_id in state.touched and comm.finished_ns != NOT_YET:
                     finished.append((comm_id, comm.finished_ns))
-            if not (state.reports or parts or opens or state.agents):
+            marks = state.marks.marks()
+            if not (state.reports or parts or opens or state.agents or marks):
                 continue
             shares.append(
                 JobShare(
@@ -186,6 +193,7 @@ class NodeStage:
                     tuple(opens),
                     tuple(finished),
                     tuple(state.agents),
+                    tuple(marks),
                 )
             )
             state.reports, state.agents = [], []
