@@ -53,6 +53,9 @@ class RankMarks:
     def __init__(self) -> None:
         self.spans = ComputeTracker(0)  # the ranks' operations only; no windows here
         self._chains: dict[tuple[str, int], _Chain] = {}
+        # Per global rank, its largest group so far ((size, comm), its rank there): only
+        # that group's windows judge it (`StragglerCheck._anchor_groups` picks the same).
+        self._largest: dict[int, tuple[tuple[int, str], int]] = {}
 
     def add(self, report: Report) -> None:
         """Take one report: its operations as spans, its ended ones as marks to come."""
@@ -69,6 +72,13 @@ class RankMarks:
         )
         if report.comm_size < 2 or ":p2p:" in report.comm:
             return  # never a window's group (`StragglerCheck._anchor_groups`)
+        group = (report.comm_size, report.comm)
+        largest = self._largest.get(report.global_rank)
+        if largest is not None and largest[0] != group:
+            if largest[0] > group:
+                return  # not the group its windows are of
+            self._chains.pop((largest[0][1], largest[1]), None)
+        self._largest[report.global_rank] = (group, report.rank)
         key = (report.comm, report.rank)
         chain = self._chains.get(key)
         if chain is None or chain.global_rank != report.global_rank:
@@ -82,6 +92,8 @@ class RankMarks:
         """A group was replaced (its size changed): its marks start again."""
         for key in [key for key in self._chains if key[0] == comm]:
             del self._chains[key]
+        for rank in [r for r, (group, _) in self._largest.items() if group[1] == comm]:
+            del self._largest[rank]
 
     def marks(self) -> list[MarkBlock]:
         """The marks every member's reports have passed since the last call."""
