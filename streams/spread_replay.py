@@ -43,7 +43,6 @@ from streams.core.split import (
     JobShare,
     NodeStage,
     event_time,
-    handed,
     part_of_row,
     part_row,
 )
@@ -61,6 +60,7 @@ BARRIER = "barrier"
 LINES = "lines"
 MESSAGES = "messages"
 FORGET = "forget"
+RUN = "run"
 STOP = "stop"
 
 
@@ -102,6 +102,9 @@ def node_worker(conn: Connection) -> None:
                 stage.on_message(message)
         elif kind == FORGET:
             stage.forget(str(payload))
+        elif kind == RUN:
+            job, restart = payload
+            stage.on_run(job, restart)
         elif kind == BARRIER:
             shares, latest = stage.barrier()
             conn.send((_share_rows(shares), latest, rejections, taken))
@@ -115,7 +118,10 @@ def _share_rows(shares: list[JobShare]) -> list[tuple[Any, ...]]:
     return [
         (
             share.job,
-            [handed(report) for report in share.reports],
+            share.run,
+            share.times,
+            share.seen,
+            share.conns,
             [part_row(part) for part in share.parts],
             [part_row(part) for part in share.opens],
             share.finished,
@@ -130,14 +136,17 @@ def _shares_of(rows: list[tuple[Any, ...]]) -> list[JobShare]:
     return [
         JobShare(
             job,
-            tuple(reports),
+            run,
+            times,
+            seen,
+            conns,
             tuple(part_of_row(row) for row in parts),
             tuple(part_of_row(row) for row in opens),
-            tuple(finished),
-            tuple(agents),
+            finished,
+            agents,
             tuple(MarkBlock(*mark) for mark in marks),
         )
-        for job, reports, parts, opens, finished, agents, marks in rows
+        for job, run, times, seen, conns, parts, opens, finished, agents, marks in rows
     ]
 
 
@@ -223,6 +232,9 @@ class SpreadReplay:
         if isinstance(message, Job) and message.state == "stopped":
             for worker in range(len(self._conns)):
                 self._send(worker, FORGET, message.job)  # after the barrier asked above
+        if isinstance(message, Member):
+            for worker in range(len(self._conns)):
+                self._send(worker, RUN, (message.job, message.restart))
         self._waiting.append(message)
 
     def _drain(self, ahead: int) -> list[Diagnosis]:

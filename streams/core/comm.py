@@ -212,29 +212,26 @@ class CommTracker:
 
     def ingest(self, message: Report) -> None:
         """Take one rank's report: its liveness, places, operations and connections."""
-        member = self._take_member(message)
+        self.take_seen(message.rank, message.ts_ns, message.global_rank, message.node, message.gpu)
         self._take_ops(message)
-        if message.conns is not None:
-            self._take_conns(message, member)
+        conns = message.conns
+        if conns is not None:
+            self.take_conns(
+                message.rank, message.ts_ns, conns.peer, conns.port, conns.bytes, conns.busy_ns
+            )
 
-    def ingest_merged(self, message: Report) -> None:
-        """Take one rank's report whose operations a shard took (`streams.core.shard`):
-        its liveness, places and connections."""
-        member = self._take_member(message)
-        if message.conns is not None:
-            self._take_conns(message, member)
-
-    def _take_member(self, message: Report) -> Member:
-        rank = message.rank
+    def take_seen(
+        self, rank: int, ts_ns: int, global_rank: int, node: str | None, gpu: int | None
+    ) -> None:
+        """A member reported at ``ts_ns`` (its liveness) from where it runs (its place)."""
         member = self.members[rank]
-        if message.ts_ns > member.last_seen_ns:
-            member.last_seen_ns = message.ts_ns
-            if message.ts_ns > self.latest_seen_ns:
-                self.latest_seen_ns = message.ts_ns
-        if member.global_rank != message.global_rank:
-            member.global_rank = message.global_rank
+        if ts_ns > member.last_seen_ns:
+            member.last_seen_ns = ts_ns
+            if ts_ns > self.latest_seen_ns:
+                self.latest_seen_ns = ts_ns
+        if member.global_rank != global_rank:
+            member.global_rank = global_rank
             self.place_version += 1
-        node = message.node
         if node is not None and member.node != node:
             moved = member.node is not None
             member.node = node
@@ -248,10 +245,9 @@ class CommTracker:
             self.nodeless.add(rank)
         elif member.last_seen_ns > self.seen_by_node.get(placed, NOT_YET):
             self.seen_by_node[placed] = member.last_seen_ns
-        if message.gpu is not None and member.gpu != message.gpu:
-            member.gpu = message.gpu
+        if gpu is not None and member.gpu != gpu:
+            member.gpu = gpu
             self.place_version += 1
-        return member
 
     def _take_ops(self, message: Report) -> None:
         rank = message.rank
@@ -308,31 +304,36 @@ class CommTracker:
         if ops.seq and pending and min(pending) < max(ops.seq):
             self._infer_earlier(rank, ops.seq, ops.end_ns, ts_ns)
 
-    def _take_conns(self, message: Report, member: Member) -> None:
-        rank = message.rank
-        if message.conns is not None:
-            self.conn_version += 1
-            self.conn_reports[rank] = self.conn_reports.get(rank, 0) + 1
-            log = self.conn_log
-            log.append(rank)
-            if len(log) > CONN_LOG_KEPT + 2 * self.size:
-                dropped = len(log) - self.size - CONN_LOG_KEPT // 2
-                del log[:dropped]
-                self.conn_log_from += dropped
-            samples = self.conns.setdefault(rank, deque(maxlen=CONN_SAMPLES))
-            ordered = self.conn_sorted.setdefault(rank, {})
-            conns = message.conns
-            for peer, port, nbytes, busy in zip(
-                conns.peer, conns.port, conns.bytes, conns.busy_ns, strict=True
-            ):
-                if len(samples) == CONN_SAMPLES:
-                    _unsort(ordered, samples[0])  # the sample the deque drops now
-                samples.append(ConnSample(rank, peer, port, nbytes, busy, message.ts_ns))
-                if busy > 0:
-                    insort(ordered.setdefault(peer, []), nbytes / busy)
-                if member.port is None:
-                    member.port = port
-                    self.place_version += 1
+    def take_conns(
+        self,
+        rank: int,
+        ts_ns: int,
+        peers: tuple[int, ...],
+        ports: tuple[str, ...],
+        sizes: tuple[int, ...],
+        busy: tuple[int, ...],
+    ) -> None:
+        """A member's connection samples of one report (made at ``ts_ns``)."""
+        member = self.members[rank]
+        self.conn_version += 1
+        self.conn_reports[rank] = self.conn_reports.get(rank, 0) + 1
+        log = self.conn_log
+        log.append(rank)
+        if len(log) > CONN_LOG_KEPT + 2 * self.size:
+            dropped = len(log) - self.size - CONN_LOG_KEPT // 2
+            del log[:dropped]
+            self.conn_log_from += dropped
+        samples = self.conns.setdefault(rank, deque(maxlen=CONN_SAMPLES))
+        ordered = self.conn_sorted.setdefault(rank, {})
+        for peer, port, nbytes, took in zip(peers, ports, sizes, busy, strict=True):
+            if len(samples) == CONN_SAMPLES:
+                _unsort(ordered, samples[0])  # the sample the deque drops now
+            samples.append(ConnSample(rank, peer, port, nbytes, took, ts_ns))
+            if took > 0:
+                insort(ordered.setdefault(peer, []), nbytes / took)
+            if member.port is None:
+                member.port = port
+                self.place_version += 1
 
     def _rebuild_seen(self) -> None:
         """Each node's latest report and the members without a node, from the members."""

@@ -37,6 +37,7 @@ from streams.core.marks import MarkBlock
 from streams.core.membership import MembershipBook
 from streams.core.params import DetectorParams
 from streams.core.places import PlacementIndex, PortHealth, Routes, port_id
+from streams.core.rows import ConnRow, SeenRow
 from streams.core.shard import SeqPart
 from streams.core.slowpath import SlowPath
 from streams.core.split import JobShare
@@ -398,31 +399,37 @@ class Engine:
         return replaced is not None and message.ts_ns < replaced and message.restart is None
 
     def on_shares(self, shares: list[JobShare]) -> list[Diagnosis]:
-        """Take what the node stages handed on at a barrier (`streams.core.split`): per
-        job, its reports in event-time order (liveness, places, connections, compute
-        windows), then its groups' operation parts and open operations. The order is the
-        same however many node stages there were."""
+        """Take what the node stages handed on at a barrier (`streams.core.split`), per
+        job: the run its reports are of, their times (liveness), each member's latest
+        report and place, the connection samples, then its groups' compute marks, operation
+        parts and open operations. The order is the same however many node stages there
+        were."""
         out: list[Diagnosis] = []
         by_job: dict[str, list[JobShare]] = {}
         for share in shares:
             by_job.setdefault(share.job, []).append(share)
         for job in sorted(by_job):
             its = by_job[job]
-            reports = sorted(
-                (report for share in its for report in share.reports), key=_report_order
-            )
-            self.counts["Collective"] = self.counts.get("Collective", 0) + len(reports)
-            for report in reports:
-                out.extend(self._on_collective(report, merged=True))
-            agents = sorted(agent for share in its for agent in share.agents)
-            for node, ts_ns in agents:
+            times = sorted(ts for share in its for ts in share.times)
+            self.counts["Collective"] = self.counts.get("Collective", 0) + len(times)
+            runs = [share.run for share in its if share.run is not None]
+            if runs:
+                run = max(runs)
+                current = self.jobs.get(job)
+                if current is not None and current.run is not None and run > current.run:
+                    out.extend(self._end_run(job, run, times[0] if times else self.now_ns))
+            detector = self._job(job)
+            if runs and (detector.run is None or max(runs) > detector.run):
+                detector.run = max(runs)
+            detector.on_report_times(times)
+            for seen in sorted((row for share in its for row in share.seen), key=_seen_order):
+                detector.on_seen(seen)
+            for row in sorted((row for share in its for row in share.conns), key=_conn_order):
+                detector.on_conns(row)
+            for node, ts_ns in sorted(agent for share in its for agent in share.agents):
                 self._agent_present(job, node, ts_ns)
-            detector = self.jobs.get(job)
-            if detector is None:
-                continue
             detector.on_marks(sorted((m for share in its for m in share.marks), key=_mark_order))
-            parts = sorted((part for share in its for part in share.parts), key=_part_order)
-            for part in parts:
+            for part in sorted((part for share in its for part in share.parts), key=_part_order):
                 detector.on_part(part)
             opens: dict[str, list[SeqPart]] = {}
             finished: dict[str, int] = {}
@@ -433,9 +440,21 @@ class Engine:
                     opens.setdefault(part.comm, []).append(part)
             for comm in sorted(set(opens) | set(finished) | detector.merging_comms()):
                 detector.on_open(comm, opens.get(comm, []), finished.get(comm, NOT_YET))
+            out.extend(self._lagging_checks(job, detector, times))
         return out
 
-    def _on_collective(self, message: Report, merged: bool = False) -> list[Diagnosis]:
+    def _lagging_checks(self, job: str, detector: JobDetector, times: list[int]) -> list[Diagnosis]:
+        """A job whose reports lag far behind the clock is checked on its own data time
+        (`_on_collective`), here once its barrier's reports are all in."""
+        out: list[Diagnosis] = []
+        for ts_ns in times:
+            lagging = ts_ns + self.params.silent_after_ns < self.now_ns
+            if lagging and ts_ns >= detector.next_check_ns:
+                detector.next_check_ns = ts_ns + self.params.tick_ns
+                out.extend(self._check_job(job, detector, ts_ns))
+        return out
+
+    def _on_collective(self, message: Report) -> list[Diagnosis]:
         out: list[Diagnosis] = []
         if self._earlier_run(message):
             # Reported by a run the job's restart replaced (in flight at the requeue): its
@@ -450,7 +469,7 @@ class Engine:
         detector = self._job(message.job)
         if run is not None and (detector.run is None or run > detector.run):
             detector.run = run
-        detector.on_collective(message, merged)
+        detector.on_collective(message)
         # A job whose reports lag far behind the clock (live: its partition catching up
         # a backlog, or its reports held for link reports) gets no global tick while it
         # catches up: it is checked on its own data time instead, so no slowdown or
@@ -746,10 +765,14 @@ def _held_dump(message: Collective) -> dict[str, Any]:
     return message.model_dump(by_alias=True)
 
 
-def _report_order(report: Report) -> tuple[int, int, str]:
-    """Reports of a barrier in event time, then rank and group: the same order whichever
-    node stage handed them on."""
-    return (report.ts_ns, report.global_rank, report.comm)
+def _seen_order(row: SeenRow) -> tuple[str, int]:
+    return (row[0], row[2])
+
+
+def _conn_order(row: ConnRow) -> tuple[int, str, int]:
+    """Connection samples of a barrier in event time, then group and rank: the same order
+    whichever node stage handed them on."""
+    return (row[3], row[0], row[2])
 
 
 def _part_order(part: SeqPart) -> tuple[str, int, int]:

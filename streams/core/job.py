@@ -21,6 +21,7 @@ from streams.core.marks import MarkBlock, MarkBook
 from streams.core.nodes import NodeWatch
 from streams.core.params import DetectorParams
 from streams.core.places import PortHealth, Routes
+from streams.core.rows import ConnRow, SeenRow
 from streams.core.shard import SeqMerge, SeqPart
 from streams.core.slowdowns import SlowdownCheck
 from streams.core.slowpath import SlowPath
@@ -109,24 +110,39 @@ class JobDetector:
         return self._groups.latest_seen_ns()
 
     # --- input -----------------------------------------------------------------------
-    def on_collective(self, message: Report, merged: bool = False) -> None:
-        """Take one rank's report (``merged``: its operations went to a shard of its
-        group, whose parts come through `on_part`)."""
+    def on_collective(self, message: Report) -> None:
+        """Take one rank's report."""
         self._nodes.on_report(message.ts_ns)
+        self.tracker_of(message.comm, message.comm_size).ingest(message)
+        self._stragglers.add(message)
+
+    def tracker_of(self, comm: str, size: int) -> CommTracker:
+        """The group's tracker (a new one for a group reported at another size)."""
         comms = self._groups.comms
-        tracker = comms.get(message.comm)
-        if tracker is None or tracker.size != message.comm_size:
-            tracker = CommTracker(self.job, message.comm, message.comm_size, self.params)
-            comms[message.comm] = tracker
-            self._merges.pop(message.comm, None)
-            self._marks.forget_before(message.comm, 1 << 62)
-            self._throughputs.forget(message.comm)
-            self._slowdowns.forget(message.comm)
-        if merged:
-            tracker.ingest_merged(message)  # its spans are the node stage's (`on_marks`)
-        else:
-            tracker.ingest(message)
-            self._stragglers.add(message)
+        tracker = comms.get(comm)
+        if tracker is None or tracker.size != size:
+            tracker = CommTracker(self.job, comm, size, self.params)
+            comms[comm] = tracker
+            self._merges.pop(comm, None)
+            self._marks.forget_before(comm, 1 << 62)
+            self._throughputs.forget(comm)
+            self._slowdowns.forget(comm)
+        return tracker
+
+    def on_report_times(self, times: list[int]) -> None:
+        """The times of the job's reports a node stage took (in order): its liveness."""
+        for ts_ns in times:
+            self._nodes.on_report(ts_ns)
+
+    def on_seen(self, seen: SeenRow) -> None:
+        """A member's latest report of a barrier's interval, from where it runs."""
+        comm, size, rank, global_rank, node, gpu, ts_ns = seen
+        self.tracker_of(comm, size).take_seen(rank, ts_ns, global_rank, node, gpu)
+
+    def on_conns(self, row: ConnRow) -> None:
+        """A member's connection samples of one report."""
+        comm, size, rank, ts_ns, peers, ports, sizes, busy = row
+        self.tracker_of(comm, size).take_conns(rank, ts_ns, peers, ports, sizes, busy)
 
     def _merge(self, comm: str) -> SeqMerge | None:
         tracker = self._groups.comms.get(comm)

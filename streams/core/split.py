@@ -4,74 +4,21 @@ A job spread over workers (issue 34) is read in two stages. The node stage takes
 collective reports of some nodes' ranks: the per-operation work, one step per rank and
 operation, is done there (`streams.core.shard`). At each barrier it hands the job stage,
 per job, a `JobShare`: the parts of the operations its members completed, the operations
-they are still in, and the reports themselves for what the job stage still reads per
-report (liveness, places, connections, compute windows).
+they are still in, its ranks' compute marks (`streams.core.marks`), each member's latest
+report and place, the reports' times and their connection samples. No report crosses:
+the job stage reads only these.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from schemas.messages import Collective, Collectives
-from streams.core.comm import NOT_YET, Report
+from streams.core.comm import NOT_YET
 from streams.core.marks import MarkBlock, RankMarks
+from streams.core.rows import ConnRow, SeenRow
 from streams.core.shard import SeqPart, ShardComm
-
-
-class HandedOps(NamedTuple):
-    """A report's operations as a node stage hands them on (`schemas.messages.Ops`)."""
-
-    seq: tuple[int, ...]
-    op: tuple[str, ...]
-    bytes: tuple[int, ...]
-    enter_ns: tuple[int, ...]
-    end_ns: tuple[int | None, ...]
-
-
-class HandedConns(NamedTuple):
-    """A report's connection samples as a node stage hands them on."""
-
-    peer: tuple[int, ...]
-    port: tuple[str, ...]
-    bytes: tuple[int, ...]
-    busy_ns: tuple[int, ...]
-
-
-class HandedReport(NamedTuple):
-    """A report as a node stage hands it on: what the job stage reads of it (a `Report`),
-    validated by the node stage, without the decoded model. Tuples: a process boundary
-    carries them at the cost of their values (`handed`)."""
-
-    job: str
-    comm: str
-    comm_size: int
-    rank: int
-    global_rank: int
-    node: str | None
-    gpu: int | None
-    ts_ns: int
-    ops: HandedOps
-    conns: HandedConns | None
-    restart: int | None
-
-
-def handed(report: Report) -> HandedReport:
-    """A report as the job stage reads it, in tuples."""
-    ops, conns = report.ops, report.conns
-    return HandedReport(
-        report.job,
-        report.comm,
-        report.comm_size,
-        report.rank,
-        report.global_rank,
-        report.node,
-        report.gpu,
-        report.ts_ns,
-        HandedOps(ops.seq, ops.op, ops.bytes, ops.enter_ns, ops.end_ns),
-        None if conns is None else HandedConns(conns.peer, conns.port, conns.bytes, conns.busy_ns),
-        report.restart,
-    )
 
 
 def part_row(part: SeqPart) -> tuple[Any, ...]:
@@ -101,10 +48,14 @@ def part_of_row(row: tuple[Any, ...]) -> SeqPart:
 
 @dataclass(frozen=True, slots=True)
 class JobShare:
-    """What one node stage hands the job stage of one job at a barrier."""
+    """What one node stage hands the job stage of one job at a barrier: no report, only
+    what the job stage reads of them."""
 
     job: str
-    reports: tuple[Report, ...]
+    run: int | None  # the latest restart count its reports said (None: none said one)
+    times: tuple[int, ...]  # its reports' times, in order (the job's liveness)
+    seen: tuple[SeenRow, ...]  # each member's latest report of the interval
+    conns: tuple[ConnRow, ...]  # connection samples, report by report
     parts: tuple[SeqPart, ...]  # operations its members completed, in the order they did
     opens: tuple[SeqPart, ...]  # operations its members are still in
     finished: tuple[tuple[str, int], ...]  # (comm, latest end its members reported)
@@ -116,9 +67,15 @@ class JobShare:
 class _NodeJob:
     comms: dict[str, ShardComm] = field(default_factory=dict)
     marks: RankMarks = field(default_factory=RankMarks)
-    reports: list[Report] = field(default_factory=list)
+    times: list[int] = field(default_factory=list)
+    seen: dict[tuple[str, int], SeenRow] = field(default_factory=dict)
+    conns: list[ConnRow] = field(default_factory=list)
     agents: list[tuple[str, int]] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)  # groups with reports since the barrier
+    # The run its reports are of (the latest restart count a report or a member report
+    # said), and whether a report said it since the barrier.
+    run: int = -1
+    run_said: bool = False
 
 
 class NodeStage:
@@ -148,8 +105,32 @@ class NodeStage:
             state = self._jobs[job] = _NodeJob()
         return state
 
+    def on_run(self, job: str, restart: int) -> None:
+        """A member report said the job runs as ``restart`` now (before any report of that
+        run, possibly): reports of an earlier run are left out from here on."""
+        state = self._job(job)
+        if restart > state.run:
+            self._new_run(state, restart)
+
+    @staticmethod
+    def _new_run(state: _NodeJob, restart: int) -> None:
+        # The run before's operations are no evidence about this one (its sequences
+        # start again): its groups' shards and marks go. The first run said is the one
+        # the reports so far are of.
+        if state.run >= 0:
+            state.comms = {}
+            state.marks = RankMarks()
+        state.run = restart
+
     def _take(self, message: Collective) -> None:
         state = self._job(message.job)
+        restart = message.restart
+        if restart is not None:
+            if restart < state.run:
+                return  # of a run the job left: the job stage never sees it
+            if restart > state.run:
+                self._new_run(state, restart)
+            state.run_said = True
         comm = state.comms.get(message.comm)
         if comm is None or comm.size != message.comm_size:
             if comm is not None:
@@ -157,11 +138,43 @@ class NodeStage:
             comm = state.comms[message.comm] = ShardComm(message.comm, message.comm_size)
         state.marks.add(message)
         ops = message.ops
-        comm.ingest(
-            message.rank, message.ts_ns, ops.seq, ops.op, ops.bytes, ops.enter_ns, ops.end_ns
-        )
-        state.reports.append(message)
+        ts_ns = message.ts_ns
+        comm.ingest(message.rank, ts_ns, ops.seq, ops.op, ops.bytes, ops.enter_ns, ops.end_ns)
         state.touched.add(message.comm)
+        state.times.append(ts_ns)
+        # The member's latest report of the interval: the job stage's member state after
+        # it is what it would be after each of them (the latest time, the latest place).
+        key = (message.comm, message.rank)
+        before = state.seen.get(key)
+        node, gpu = message.node, message.gpu
+        if before is not None:
+            node = node if node is not None else before[4]
+            gpu = gpu if gpu is not None else before[5]
+            ts_ns = max(ts_ns, before[6])
+        state.seen[key] = (
+            message.comm,
+            message.comm_size,
+            message.rank,
+            message.global_rank,
+            node,
+            gpu,
+            ts_ns,
+        )
+        ts_ns = message.ts_ns
+        conns = message.conns
+        if conns is not None:
+            state.conns.append(
+                (
+                    message.comm,
+                    message.comm_size,
+                    message.rank,
+                    ts_ns,
+                    conns.peer,
+                    conns.port,
+                    conns.bytes,
+                    conns.busy_ns,
+                )
+            )
 
     def forget(self, job: str) -> None:
         """The job stopped or restarted: what its groups were in is of no run any more."""
@@ -183,12 +196,15 @@ class NodeStage:
                 if comm_id in state.touched and comm.finished_ns != NOT_YET:
                     finished.append((comm_id, comm.finished_ns))
             marks = state.marks.marks()
-            if not (state.reports or parts or opens or state.agents or marks):
+            if not (state.times or parts or opens or state.agents or marks):
                 continue
             shares.append(
                 JobShare(
                     job,
-                    tuple(state.reports),
+                    state.run if state.run_said else None,
+                    tuple(state.times),
+                    tuple(state.seen.values()),
+                    tuple(state.conns),
                     tuple(parts),
                     tuple(opens),
                     tuple(finished),
@@ -196,8 +212,10 @@ class NodeStage:
                     tuple(marks),
                 )
             )
-            state.reports, state.agents = [], []
+            state.times, state.conns, state.agents = [], [], []
+            state.seen = {}
             state.touched = set()
+            state.run_said = False
         return shares, latest
 
 

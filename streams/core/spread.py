@@ -99,6 +99,9 @@ class SpreadDetection:
         if isinstance(message, Job) and message.state == "stopped":
             for stage in self.stages:
                 stage.forget(message.job)
+        if isinstance(message, Member):
+            for stage in self.stages:
+                stage.on_run(message.job, message.restart)
         out.extend(engine.on_message(message))
         return out
 
