@@ -47,6 +47,17 @@ def replay(
     None stands for a line too long to hold, rejected as a message over the size limit.
     """
     on_message = stage.on_message
+    for number, line in kept_lines(lines, stats, errors):
+        for message in decoded(number, line, stats, errors):
+            yield from on_message(message)
+    yield from stage.on_eof()
+
+
+def kept_lines(
+    lines: Iterable[tuple[int, bytes | None]], stats: ReplayStats, errors: IO[str] | None
+) -> Iterator[tuple[int, bytes]]:
+    """The numbered lines with something on them, stripped; a line too long to hold (None)
+    is counted and reported as rejected."""
     for number, raw in lines:
         if raw is None:
             stats.rejected += 1
@@ -54,14 +65,19 @@ def replay(
                 errors.write(f"line {number}: line over {MAX_MESSAGE_BYTES} bytes (skipped)\n")
             continue
         line = raw.strip()
-        if not line:
+        if line:
+            yield number, line
+
+
+def decoded(
+    number: int, line: bytes, stats: ReplayStats, errors: IO[str] | None
+) -> Iterator[C4Model]:
+    """The valid messages of one line, counted; the invalid ones counted and reported."""
+    for result in decode_record(line):
+        if isinstance(result, Rejected):
+            stats.rejected += 1
+            if errors is not None:
+                errors.write(f"line {number}: {result.reason}\n")
             continue
-        for result in decode_record(line):
-            if isinstance(result, Rejected):
-                stats.rejected += 1
-                if errors is not None:
-                    errors.write(f"line {number}: {result.reason}\n")
-                continue
-            stats.messages += 1
-            yield from on_message(result)
-    yield from stage.on_eof()
+        stats.messages += 1
+        yield result

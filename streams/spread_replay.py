@@ -33,7 +33,6 @@ from multiprocessing.connection import Connection
 from typing import IO, Any
 
 from schemas.base import C4Model
-from schemas.codec import MAX_MESSAGE_BYTES
 from schemas.messages import Collective, Collectives, Diagnosis, Job, Member, Route
 from schemas.records import Rejected, decode_record
 from streams.core.comm import NOT_YET
@@ -47,7 +46,7 @@ from streams.core.split import (
     part_row,
 )
 from streams.core.spread import MeetingClock, apply_barrier, hardware_time, node_stage_of
-from streams.replay import ReplayStats
+from streams.replay import ReplayStats, decoded, kept_lines
 
 _KIND = re.compile(rb'"kind"\s*:\s*"([a-z_]*)"')
 _NODE = re.compile(rb'"node"\s*:\s*"([^"\\]*)"')
@@ -293,17 +292,7 @@ class SpreadReplay:
         workers = len(self._conns)
         meeting = self.meeting
         try:
-            for number, raw in lines:
-                if raw is None:
-                    stats.rejected += 1
-                    if errors is not None:
-                        errors.write(
-                            f"line {number}: line over {MAX_MESSAGE_BYTES} bytes (skipped)\n"
-                        )
-                    continue
-                line = raw.strip()
-                if not line:
-                    continue
+            for number, line in kept_lines(lines, stats, errors):
                 routed = route(line)
                 if routed is not None:
                     node, ts_ns = routed
@@ -315,14 +304,8 @@ class SpreadReplay:
                     if ts_ns != NOT_YET and meeting.due(ts_ns):
                         self._ask_barrier()
                 else:
-                    for result in decode_record(line):
-                        if isinstance(result, Rejected):
-                            stats.rejected += 1
-                            if errors is not None:
-                                errors.write(f"line {number}: {result.reason}\n")
-                            continue
-                        stats.messages += 1
-                        self._take(result)
+                    for message in decoded(number, line, stats, errors):
+                        self._take(message)
                 if self._barriers_waiting > AHEAD_BARRIERS:
                     yield from self._drain(AHEAD_BARRIERS)
             yield from self.on_eof()

@@ -157,22 +157,7 @@ class ShardComm:
             del self.handed[oldest]
             self.floor = max(self.floor, oldest + 1)
         members = tuple(sorted(state.end))
-        enter, end = state.enter, state.end
-        self._ready.append(
-            SeqPart(
-                self.comm,
-                self.size,
-                seq,
-                state.op,
-                state.nbytes,
-                state.first_seen_ns,
-                state.entered_ns,
-                members,
-                _picked(enter, members),
-                _picked(end, members),
-                state.inferred,
-            )
-        )
+        self._ready.append(self._part(seq, state, members, _picked(state.end, members)))
 
     def drain(self) -> list[SeqPart]:
         """The parts handed on since the last call, in the order they completed here."""
@@ -185,23 +170,26 @@ class ShardComm:
         out = []
         for seq, state in self.open.items():
             members = tuple(sorted(state.enter))
-            ends = state.end
-            out.append(
-                SeqPart(
-                    self.comm,
-                    self.size,
-                    seq,
-                    state.op,
-                    state.nbytes,
-                    state.first_seen_ns,
-                    state.entered_ns,
-                    members,
-                    _picked(state.enter, members),
-                    tuple(ends.get(m, NOT_YET) for m in members),
-                    state.inferred,
-                )
-            )
+            ends = tuple(state.end.get(m, NOT_YET) for m in members)
+            out.append(self._part(seq, state, members, ends))
         return out
+
+    def _part(
+        self, seq: int, state: _Open, members: tuple[int, ...], ends: tuple[int, ...]
+    ) -> SeqPart:
+        return SeqPart(
+            self.comm,
+            self.size,
+            seq,
+            state.op,
+            state.nbytes,
+            state.first_seen_ns,
+            state.entered_ns,
+            members,
+            _picked(state.enter, members),
+            ends,
+            state.inferred,
+        )
 
 
 @dataclass(slots=True)
