@@ -90,15 +90,15 @@ def node_worker(conn: Connection) -> None:
                         rejections.append(f"line {number}: {result.reason}")
                     elif isinstance(result, Collective | Collectives):
                         taken += 1
-                        stage.on_message(result)
+                        stage.on_message(result, number)
                     else:  # its first "kind" said collective, its own kind does not
                         rejections.append(
                             f"line {number}: a {type(result).__name__.lower()} message whose"
                             ' first "kind" field reads "collective": ambiguous, skipped'
                         )
         elif kind == MESSAGES:  # decoded (and counted) by the reading process
-            for message in payload:
-                stage.on_message(message)
+            for number, message in payload:
+                stage.on_message(message, number)
         elif kind == FORGET:
             stage.forget(str(payload))
         elif kind == RUN:
@@ -214,12 +214,12 @@ class SpreadReplay:
         self._waiting.append(None)
         self._barriers_waiting += 1
 
-    def _take(self, message: C4Model) -> None:
+    def _take(self, message: C4Model, number: int = 0) -> None:
         """A decoded message: a report to its worker, anything else to wait for the job
         stage behind the barriers asked before it."""
         if isinstance(message, Collective | Collectives):
             node = message.node or message.job
-            self._send(node_stage_of(node, len(self._conns)), MESSAGES, [message])
+            self._send(node_stage_of(node, len(self._conns)), MESSAGES, [(number, message)])
             if self.meeting.due(event_time(message)):
                 self._ask_barrier()
             return
@@ -305,7 +305,7 @@ class SpreadReplay:
                         self._ask_barrier()
                 else:
                     for message in decoded(number, line, stats, errors):
-                        self._take(message)
+                        self._take(message, number)
                 if self._barriers_waiting > AHEAD_BARRIERS:
                     yield from self._drain(AHEAD_BARRIERS)
             yield from self.on_eof()

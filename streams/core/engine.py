@@ -422,6 +422,12 @@ class Engine:
             if runs and (detector.run is None or max(runs) > detector.run):
                 detector.run = max(runs)
             detector.on_report_times(times)
+            # The groups met at this barrier, made in the input's order (as one detector
+            # makes them, report by report): hangs and slowdowns go through them in it.
+            for _, comm in sorted(met for share in its for met in share.met):
+                size = next((row[1] for share in its for row in share.seen if row[0] == comm), 0)
+                if size and comm not in detector.comms:
+                    detector.tracker_of(comm, size)
             for seen in sorted((row for share in its for row in share.seen), key=_seen_order):
                 detector.on_seen(seen)
             for row in sorted((row for share in its for row in share.conns), key=_conn_order):

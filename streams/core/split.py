@@ -61,6 +61,7 @@ class JobShare:
     finished: tuple[tuple[str, int], ...]  # (comm, latest end its members reported)
     agents: tuple[tuple[str, int], ...]  # (node, ts) of each batch that named its node
     marks: tuple[MarkBlock, ...] = ()  # its ranks' compute sums (`streams.core.marks`)
+    met: tuple[tuple[int, str], ...] = ()  # (input position, comm) of groups first met here
 
 
 @dataclass(slots=True)
@@ -72,6 +73,10 @@ class _NodeJob:
     conns: list[ConnRow] = field(default_factory=list)
     agents: list[tuple[str, int]] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)  # groups with reports since the barrier
+    # Where in the input each group's first report here was, and the groups met since the
+    # barrier: the job stage makes its trackers in the input's order (what it iterates in).
+    first: dict[str, int] = field(default_factory=dict)
+    met: list[tuple[int, str]] = field(default_factory=list)
     # The run its reports are of (the latest restart count a report or a member report
     # said), and whether a report said it since the barrier.
     run: int = -1
@@ -86,18 +91,19 @@ class NodeStage:
         # The latest event time of what it took since the last barrier (`event_time`).
         self.latest_ns = NOT_YET
 
-    def on_message(self, message: Collective | Collectives) -> None:
-        """Take one report, or one node's batch of them."""
+    def on_message(self, message: Collective | Collectives, position: int = 0) -> None:
+        """Take one report, or one node's batch of them; ``position``: where it is in the
+        input (its line), so that the job stage meets the groups in the input's order."""
         latest = event_time(message)
         if latest > self.latest_ns:
             self.latest_ns = latest
         if isinstance(message, Collectives):
             for each in message.messages:
-                self._take(each)
+                self._take(each, position)
             if message.node is not None:
                 self._job(message.job).agents.append((message.node, message.ts_ns))
         else:
-            self._take(message)
+            self._take(message, position)
 
     def _job(self, job: str) -> _NodeJob:
         state = self._jobs.get(job)
@@ -122,7 +128,7 @@ class NodeStage:
             state.marks = RankMarks()
         state.run = restart
 
-    def _take(self, message: Collective) -> None:
+    def _take(self, message: Collective, position: int) -> None:
         state = self._job(message.job)
         restart = message.restart
         if restart is not None:
@@ -133,6 +139,9 @@ class NodeStage:
             state.run_said = True
         comm = state.comms.get(message.comm)
         if comm is None or comm.size != message.comm_size:
+            if message.comm not in state.first:
+                state.first[message.comm] = position
+                state.met.append((position, message.comm))
             if comm is not None:
                 state.marks.forget(message.comm)
             comm = state.comms[message.comm] = ShardComm(message.comm, message.comm_size)
@@ -196,7 +205,7 @@ class NodeStage:
                 if comm_id in state.touched and comm.finished_ns != NOT_YET:
                     finished.append((comm_id, comm.finished_ns))
             marks = state.marks.marks()
-            if not (state.times or parts or opens or state.agents or marks):
+            if not (state.times or parts or opens or state.agents or marks or state.met):
                 continue
             shares.append(
                 JobShare(
@@ -210,8 +219,10 @@ class NodeStage:
                     tuple(finished),
                     tuple(state.agents),
                     tuple(marks),
+                    tuple(state.met),
                 )
             )
+            state.met = []
             state.times, state.conns, state.agents = [], [], []
             state.seen = {}
             state.touched = set()

@@ -72,6 +72,7 @@ class SpreadDetection:
         self.engine = engine
         self.stages = [NodeStage() for _ in range(node_stages)]
         self.meeting = MeetingClock(engine.params.tick_ns)
+        self._position = 0  # messages fed so far: each report's place in the input
 
     def barrier(self) -> list[Diagnosis]:
         """Hand the job stage what every node stage took since the last barrier; then
@@ -89,7 +90,8 @@ class SpreadDetection:
         engine = self.engine
         if isinstance(message, Collective | Collectives):
             node = message.node or message.job
-            self.stages[node_stage_of(node, len(self.stages))].on_message(message)
+            self._position += 1
+            self.stages[node_stage_of(node, len(self.stages))].on_message(message, self._position)
             return self.barrier() if self.meeting.due(event_time(message)) else []
         hardware_ns = hardware_time(message)
         meets = isinstance(message, Job | Member | Route) or (
