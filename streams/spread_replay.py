@@ -37,7 +37,6 @@ from schemas.messages import Collective, Collectives, Diagnosis, Job, Member, Ro
 from schemas.records import Rejected, decode_record
 from streams.core.comm import NOT_YET
 from streams.core.engine import Engine
-from streams.core.marks import MarkBlock
 from streams.core.split import (
     JobShare,
     NodeStage,
@@ -125,7 +124,8 @@ def _share_rows(shares: list[JobShare]) -> list[tuple[Any, ...]]:
             [part_row(part) for part in share.opens],
             share.finished,
             share.agents,
-            [(m.comm, m.seq, m.members, m.compute, m.a2a, m.completed) for m in share.marks],
+            share.spans,
+            share.met,
         )
         for share in shares
     ]
@@ -143,9 +143,10 @@ def _shares_of(rows: list[tuple[Any, ...]]) -> list[JobShare]:
             tuple(part_of_row(row) for row in opens),
             finished,
             agents,
-            tuple(MarkBlock(*mark) for mark in marks),
+            spans,
+            met,
         )
-        for job, run, times, seen, conns, parts, opens, finished, agents, marks in rows
+        for job, run, times, seen, conns, parts, opens, finished, agents, spans, met in rows
     ]
 
 

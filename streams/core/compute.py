@@ -28,7 +28,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Protocol
+from typing import Any
 
 from streams.core.stats import medians_of_others
 
@@ -89,19 +89,6 @@ class SlowRank:
     since_ns: int  # start of the first slice in its current high run (its clock)
 
 
-class MarkSource(Protocol):
-    """Each member's compute sums at its end of an operation of a group, where they are
-    kept away from the ranks' spans (`streams.core.marks.MarkBook`)."""
-
-    def of(self, comm: str, seq: int) -> dict[int, tuple[int, int, int]]:
-        """Member (communicator rank) -> (compute ns, all-to-all bytes, completed) sums."""
-        ...
-
-    def forget_before(self, comm: str, seq: int) -> None:
-        """No window of the group starts before ``seq`` any more."""
-        ...
-
-
 @dataclass(slots=True)
 class _Window:
     """One group's window between two sync points, per member: its span and its time."""
@@ -111,8 +98,6 @@ class _Window:
     starts: list[int]
     ends: list[int]
     times: dict[int, SliceTime] = field(default_factory=dict)  # member index -> time
-    # The operations its two sync points ended (None: not known, timed from the spans).
-    seqs: tuple[int, int] | None = None
     # Member indexes not timed yet, in order: each check reads only those.
     waiting: list[int] = field(init=False)
 
@@ -137,10 +122,6 @@ class ComputeTracker:
         self._slow: dict[tuple[int, int, float], tuple[int, list[SlowRank]]] = {}
         # Some rank holds PRUNE_AT operations or all-to-alls or more: a prune is due.
         self._piled = False
-        # Where the ranks' spans are not (a job spread over node stages): the members'
-        # compute sums, and the operation of each group's last sync point.
-        self.marks: MarkSource | None = None
-        self.last_sync_seq: dict[str, int] = {}
 
     # --- input -----------------------------------------------------------------------
     def add(
@@ -205,25 +186,15 @@ class ComputeTracker:
         if len(rank.ops) > MAX_OPS_KEPT:
             del rank.ops[: len(rank.ops) - MAX_OPS_KEPT]
 
-    def sync(
-        self, comm: str, members: tuple[int, ...], ends: list[int], seq: int | None = None
-    ) -> None:
-        """A sync point of a group: the end of one of its operations (``seq``) on every
-        member."""
+    def sync(self, comm: str, members: tuple[int, ...], ends: list[int]) -> None:
+        """A sync point of a group: the end of one of its operations on every member."""
         previous = self.last_sync.get(comm)
-        previous_seq = self.last_sync_seq.get(comm)
         self.last_sync[comm] = (members, ends)
-        if seq is not None:
-            self.last_sync_seq[comm] = seq
         if previous is not None and previous[0] == members:
-            window = _Window(comm, members, previous[1], ends)
-            if seq is not None and previous_seq is not None:
-                window.seqs = (previous_seq, seq)
-            self.windows.append(window)
+            self.windows.append(_Window(comm, members, previous[1], ends))
 
     # --- windows ---------------------------------------------------------------------
-    def span(self, rank: RankTime, lo: int, hi: int) -> SliceTime:
-        """What ``rank`` did between ``lo`` and ``hi`` on its own clock."""
+    def _span(self, rank: RankTime, lo: int, hi: int) -> SliceTime:
         ops = rank.ops
         if not rank.ops_ordered:
             ops.sort()  # nearly sorted already: cheap
@@ -264,18 +235,14 @@ class ComputeTracker:
         """Close the windows the members' reports have passed; judge the complete ones (or
         those lagging members left behind)."""
         done: list[_Window] = []
-        marks = self.marks
         for window in self.windows:
             if not window.waiting:
-                continue
-            if marks is not None and window.seqs is not None:
-                self._time_by_marks(window, marks, window.seqs)
                 continue
             still: list[int] = []
             for i in window.waiting:
                 rank = self.ranks.get(window.members[i])
                 if rank is not None and min(rank.reported.values()) >= window.ends[i]:
-                    window.times[i] = self.span(rank, window.starts[i], window.ends[i])
+                    window.times[i] = self._span(rank, window.starts[i], window.ends[i])
                 else:
                     still.append(i)
             window.waiting = still
@@ -290,33 +257,7 @@ class ComputeTracker:
         if done:
             gone = {id(w) for w in done}
             self.windows = [w for w in self.windows if id(w) not in gone]
-        if marks is not None:
-            self._forget_marks(marks)
         self._prune()
-
-    @staticmethod
-    def _time_by_marks(window: _Window, marks: MarkSource, seqs: tuple[int, int]) -> None:
-        """Time the members whose marks of both sync points came: the differences."""
-        before, after = marks.of(window.comm, seqs[0]), marks.of(window.comm, seqs[1])
-        still: list[int] = []
-        for i in window.waiting:
-            start, end = before.get(i), after.get(i)
-            if start is None or end is None:
-                still.append(i)
-                continue
-            window.times[i] = SliceTime(
-                max(0, end[0] - start[0]), end[1] - start[1], end[2] - start[2]
-            )
-        window.waiting = still
-
-    def _forget_marks(self, marks: MarkSource) -> None:
-        """The marks before each group's oldest open window (or last sync point)."""
-        oldest = dict(self.last_sync_seq)
-        for window in self.windows:
-            if window.seqs is not None:
-                oldest[window.comm] = min(oldest.get(window.comm, window.seqs[0]), window.seqs[0])
-        for comm, seq in oldest.items():
-            marks.forget_before(comm, seq)
 
     def _prune(self) -> None:
         """Drop operations no open window (nor the next one) can still need."""

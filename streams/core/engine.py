@@ -33,11 +33,10 @@ from streams.core.fabric import FabricCorrelator
 from streams.core.findings import FindingBook, OpenFinding
 from streams.core.hardware import HardwareMonitor, empty_node_state
 from streams.core.job import JobDetector
-from streams.core.marks import MarkBlock
 from streams.core.membership import MembershipBook
 from streams.core.params import DetectorParams
 from streams.core.places import PlacementIndex, PortHealth, Routes, port_id
-from streams.core.rows import ConnRow, SeenRow
+from streams.core.rows import ConnRow, OpsRow, SeenRow
 from streams.core.shard import SeqPart
 from streams.core.slowpath import SlowPath
 from streams.core.split import JobShare
@@ -401,9 +400,9 @@ class Engine:
     def on_shares(self, shares: list[JobShare]) -> list[Diagnosis]:
         """Take what the node stages handed on at a barrier (`streams.core.split`), per
         job: the run its reports are of, their times (liveness), each member's latest
-        report and place, the connection samples, then its groups' compute marks, operation
-        parts and open operations. The order is the same however many node stages there
-        were."""
+        report and place, the connection samples, each report's operations, then its
+        groups' operation parts and open operations. The order is the same however many
+        node stages there were."""
         out: list[Diagnosis] = []
         by_job: dict[str, list[JobShare]] = {}
         for share in shares:
@@ -434,7 +433,8 @@ class Engine:
                 detector.on_conns(row)
             for node, ts_ns in sorted(agent for share in its for agent in share.agents):
                 self._agent_present(job, node, ts_ns)
-            detector.on_marks(sorted((m for share in its for m in share.marks), key=_mark_order))
+            for ops in sorted((row for share in its for row in share.spans), key=_ops_order):
+                detector.on_ops(ops)
             for part in sorted((part for share in its for part in share.parts), key=_part_order):
                 detector.on_part(part)
             opens: dict[str, list[SeqPart]] = {}
@@ -785,5 +785,6 @@ def _part_order(part: SeqPart) -> tuple[str, int, int]:
     return (part.comm, part.seq, part.members[0] if part.members else -1)
 
 
-def _mark_order(block: MarkBlock) -> tuple[str, int, int]:
-    return (block.comm, block.seq, block.members[0] if block.members else -1)
+def _ops_order(row: OpsRow) -> tuple[int, int, str]:
+    """Reports' operations of a barrier in event time, then rank and group."""
+    return (row[2], row[0], row[1])

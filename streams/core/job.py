@@ -17,11 +17,10 @@ from streams.core.comm import CommTracker, Report
 from streams.core.findings import FindingBook
 from streams.core.groups import JobGroups
 from streams.core.hangs import HangCheck
-from streams.core.marks import MarkBlock, MarkBook
 from streams.core.nodes import NodeWatch
 from streams.core.params import DetectorParams
 from streams.core.places import PortHealth, Routes
-from streams.core.rows import ConnRow, SeenRow
+from streams.core.rows import ConnRow, OpsRow, SeenRow
 from streams.core.shard import SeqMerge, SeqPart
 from streams.core.slowdowns import SlowdownCheck
 from streams.core.slowpath import SlowPath
@@ -51,10 +50,8 @@ class JobDetector:
         # Next check in this job's own data time, when its reports lag the clock.
         self.next_check_ns = 0
         self._groups = JobGroups(job)
-        # Per group, the parts its shards handed on (a job spread over workers), and the
-        # ranks' compute marks.
+        # Per group, the parts its shards handed on (a job spread over workers).
         self._merges: dict[str, SeqMerge] = {}
-        self._marks = MarkBook()
         # The placement as plain data and the version it is of: a snapshot of a job of
         # thousands of ranks dumped every rank's place anew each time (40 us a rank).
         self._placement_state: tuple[int, list[dict[str, Any]]] | None = None
@@ -124,7 +121,6 @@ class JobDetector:
             tracker = CommTracker(self.job, comm, size, self.params)
             comms[comm] = tracker
             self._merges.pop(comm, None)
-            self._marks.forget_before(comm, 1 << 62)
             self._throughputs.forget(comm)
             self._slowdowns.forget(comm)
         return tracker
@@ -159,14 +155,10 @@ class JobDetector:
         if merge is not None and merge.tracker.size == part.size:
             merge.add(part)
 
-    def on_marks(self, blocks: list[MarkBlock]) -> None:
-        """The node stages' compute marks (`streams.core.marks`): the ranks' spans are
-        there, the compute windows are timed from these."""
-        compute = self._stragglers.compute
-        if compute.marks is None:
-            compute.marks = self._marks
-        for block in blocks:
-            self._marks.add(block)
+    def on_ops(self, row: OpsRow) -> None:
+        """A member's operations of one report, for its compute windows."""
+        global_rank, comm, ts_ns, seqs, names, sizes, enters, ends = row
+        self._stragglers.compute.add(global_rank, comm, ts_ns, seqs, names, sizes, enters, ends)
 
     def merging_comms(self) -> set[str]:
         """The groups with operations pending from parts (rebuilt at each barrier)."""

@@ -12,3 +12,16 @@ SeenRow = tuple[str, int, int, int, str | None, int | None, int]
 ConnRow = tuple[
     str, int, int, int, tuple[int, ...], tuple[str, ...], tuple[int, ...], tuple[int, ...]
 ]
+
+# (global_rank, comm, ts_ns, seq, op, bytes, enter_ns, end_ns): a member's operations of one
+# report, for its compute windows (`streams.core.compute.ComputeTracker.add`).
+OpsRow = tuple[
+    int,
+    str,
+    int,
+    tuple[int, ...],
+    tuple[str, ...],
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[int | None, ...],
+]

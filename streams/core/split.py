@@ -4,8 +4,8 @@ A job spread over workers (issue 34) is read in two stages. The node stage takes
 collective reports of some nodes' ranks: the per-operation work, one step per rank and
 operation, is done there (`streams.core.shard`). At each barrier it hands the job stage,
 per job, a `JobShare`: the parts of the operations its members completed, the operations
-they are still in, its ranks' compute marks (`streams.core.marks`), each member's latest
-report and place, the reports' times and their connection samples. No report crosses:
+they are still in, each member's latest report and place, the reports' times, their
+operations (for the compute windows) and connection samples, as rows. No report crosses:
 the job stage reads only these.
 """
 
@@ -16,8 +16,7 @@ from typing import Any
 
 from schemas.messages import Collective, Collectives
 from streams.core.comm import NOT_YET
-from streams.core.marks import MarkBlock, RankMarks
-from streams.core.rows import ConnRow, SeenRow
+from streams.core.rows import ConnRow, OpsRow, SeenRow
 from streams.core.shard import SeqPart, ShardComm
 
 
@@ -60,14 +59,14 @@ class JobShare:
     opens: tuple[SeqPart, ...]  # operations its members are still in
     finished: tuple[tuple[str, int], ...]  # (comm, latest end its members reported)
     agents: tuple[tuple[str, int], ...]  # (node, ts) of each batch that named its node
-    marks: tuple[MarkBlock, ...] = ()  # its ranks' compute sums (`streams.core.marks`)
+    spans: tuple[OpsRow, ...] = ()  # each report's operations, for the compute windows
     met: tuple[tuple[int, str], ...] = ()  # (input position, comm) of groups first met here
 
 
 @dataclass(slots=True)
 class _NodeJob:
     comms: dict[str, ShardComm] = field(default_factory=dict)
-    marks: RankMarks = field(default_factory=RankMarks)
+    spans: list[OpsRow] = field(default_factory=list)
     times: list[int] = field(default_factory=list)
     seen: dict[tuple[str, int], SeenRow] = field(default_factory=dict)
     conns: list[ConnRow] = field(default_factory=list)
@@ -121,11 +120,10 @@ class NodeStage:
     @staticmethod
     def _new_run(state: _NodeJob, restart: int) -> None:
         # The run before's operations are no evidence about this one (its sequences
-        # start again): its groups' shards and marks go. The first run said is the one
+        # start again): its groups' shards go. The first run said is the one
         # the reports so far are of.
         if state.run >= 0:
             state.comms = {}
-            state.marks = RankMarks()
         state.run = restart
 
     def _take(self, message: Collective, position: int) -> None:
@@ -142,15 +140,24 @@ class NodeStage:
             if message.comm not in state.first:
                 state.first[message.comm] = position
                 state.met.append((position, message.comm))
-            if comm is not None:
-                state.marks.forget(message.comm)
             comm = state.comms[message.comm] = ShardComm(message.comm, message.comm_size)
-        state.marks.add(message)
         ops = message.ops
         ts_ns = message.ts_ns
         comm.ingest(message.rank, ts_ns, ops.seq, ops.op, ops.bytes, ops.enter_ns, ops.end_ns)
         state.touched.add(message.comm)
         state.times.append(ts_ns)
+        state.spans.append(
+            (
+                message.global_rank,
+                message.comm,
+                ts_ns,
+                ops.seq,
+                ops.op,
+                ops.bytes,
+                ops.enter_ns,
+                ops.end_ns,
+            )
+        )
         # The member's latest report of the interval: the job stage's member state after
         # it is what it would be after each of them (the latest time, the latest place).
         key = (message.comm, message.rank)
@@ -204,8 +211,7 @@ class NodeStage:
                     opens.extend(comm.open_parts())
                 if comm_id in state.touched and comm.finished_ns != NOT_YET:
                     finished.append((comm_id, comm.finished_ns))
-            marks = state.marks.marks()
-            if not (state.times or parts or opens or state.agents or marks or state.met):
+            if not (state.times or parts or opens or state.agents or state.met):
                 continue
             shares.append(
                 JobShare(
@@ -218,12 +224,12 @@ class NodeStage:
                     tuple(opens),
                     tuple(finished),
                     tuple(state.agents),
-                    tuple(marks),
+                    tuple(state.spans),
                     tuple(state.met),
                 )
             )
             state.met = []
-            state.times, state.conns, state.agents = [], [], []
+            state.times, state.conns, state.agents, state.spans = [], [], [], []
             state.seen = {}
             state.touched = set()
             state.run_said = False

@@ -73,8 +73,8 @@ class StragglerCheck:
             ranks = [m.global_rank for m in tracker.members]
             members = tuple(r for r in ranks if r is not None)
             if len(members) == tracker.size:
-                for seq, ends in tracker.syncs:
-                    self.compute.sync(tracker.comm, members, ends, seq)
+                for _, ends in tracker.syncs:
+                    self.compute.sync(tracker.comm, members, ends)
             tracker.syncs.clear()
 
     def _members(self) -> dict[int, tuple[CommTracker, int]]:
