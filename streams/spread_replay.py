@@ -35,6 +35,7 @@ from typing import IO, Any
 from schemas.base import C4Model
 from schemas.messages import Collective, Collectives, Diagnosis, Job, Member, Route
 from schemas.records import Rejected, decode_record
+from streams.core.clock import TickClock
 from streams.core.comm import NOT_YET
 from streams.core.engine import Engine
 from streams.core.split import (
@@ -44,7 +45,7 @@ from streams.core.split import (
     part_of_row,
     part_row,
 )
-from streams.core.spread import MeetingClock, apply_barrier, hardware_time, node_stage_of
+from streams.core.spread import apply_barrier, hardware_time, node_stage_of
 from streams.replay import ReplayStats, decoded, kept_lines
 
 _KIND = re.compile(rb'"kind"\s*:\s*"([a-z_]*)"')
@@ -159,7 +160,7 @@ class SpreadReplay:
             message = f"workers must be at least 1, not {workers}"
             raise ValueError(message)
         self.engine = engine
-        self.meeting = MeetingClock(engine.params.tick_ns)
+        self.meeting = TickClock(engine.params.tick_ns)  # when the stages meet (`spread`)
         context = multiprocessing.get_context("spawn")  # no fork of a threaded process
         self._conns: list[Connection] = []
         self._processes = []
@@ -221,12 +222,12 @@ class SpreadReplay:
         if isinstance(message, Collective | Collectives):
             node = message.node or message.job
             self._send(node_stage_of(node, len(self._conns)), MESSAGES, [(number, message)])
-            if self.meeting.due(event_time(message)):
+            if self.meeting.advance(event_time(message)):
                 self._ask_barrier()
             return
         hardware_ns = hardware_time(message)
         if isinstance(message, Job | Member | Route) or (
-            hardware_ns is not None and self.meeting.due(hardware_ns)
+            hardware_ns is not None and self.meeting.advance(hardware_ns)
         ):
             self._ask_barrier()
         if isinstance(message, Job) and message.state == "stopped":
@@ -302,7 +303,7 @@ class SpreadReplay:
                     chunk.append((number, line))
                     if len(chunk) >= CHUNK_LINES:
                         self._flush(worker)
-                    if ts_ns != NOT_YET and meeting.due(ts_ns):
+                    if ts_ns != NOT_YET and meeting.advance(ts_ns):
                         self._ask_barrier()
                 else:
                     for message in decoded(number, line, stats, errors):

@@ -13,10 +13,6 @@ class TickClock:
         self.now_ns = 0
         self._next_tick_ns = 0
 
-    def due(self, now_ns: int) -> bool:
-        """Whether ``advance(now_ns)`` would make a tick due (without moving the clock)."""
-        return now_ns > self.now_ns and now_ns >= self._next_tick_ns
-
     def advance(self, now_ns: int) -> bool:
         """Move to ``now_ns`` (never back); True when that makes a tick due."""
         if now_ns <= self.now_ns:

@@ -11,8 +11,9 @@ from bisect import bisect_left, insort
 from collections import deque
 from dataclasses import dataclass, field
 from operator import sub
-from typing import Any, Protocol
+from typing import Any
 
+from schemas.messages import Collective
 from streams.core.params import DetectorParams
 from streams.core.stats import Baseline, Window
 
@@ -31,63 +32,6 @@ NOT_YET = -1
 SYNC_PERIODS = 4
 CONN_SAMPLES = 64  # connection samples kept per rank (all peers)
 CONN_LOG_KEPT = 1024  # connection reports a group remembers the rank of, beyond its size
-
-
-class OpsReport(Protocol):
-    """A report's operations, as arrays (`schemas.messages.Ops`)."""
-
-    @property
-    def seq(self) -> tuple[int, ...]: ...
-    @property
-    def op(self) -> tuple[str, ...]: ...
-    @property
-    def bytes(self) -> tuple[int, ...]: ...
-    @property
-    def enter_ns(self) -> tuple[int, ...]: ...
-    @property
-    def end_ns(self) -> tuple[int | None, ...]: ...
-
-
-class ConnsReport(Protocol):
-    """A report's connection samples, as arrays (`schemas.messages.Conns`)."""
-
-    @property
-    def peer(self) -> tuple[int, ...]: ...
-    @property
-    def port(self) -> tuple[str, ...]: ...
-    @property
-    def bytes(self) -> tuple[int, ...]: ...
-    @property
-    def busy_ns(self) -> tuple[int, ...]: ...
-
-
-class Report(Protocol):
-    """One rank's collective report as the detectors read it: a decoded
-    `schemas.messages.Collective`, or what a node stage handed on of one
-    (`streams.core.split`)."""
-
-    @property
-    def job(self) -> str: ...
-    @property
-    def comm(self) -> str: ...
-    @property
-    def comm_size(self) -> int: ...
-    @property
-    def rank(self) -> int: ...
-    @property
-    def global_rank(self) -> int: ...
-    @property
-    def node(self) -> str | None: ...
-    @property
-    def gpu(self) -> int | None: ...
-    @property
-    def ts_ns(self) -> int: ...
-    @property
-    def ops(self) -> OpsReport: ...
-    @property
-    def conns(self) -> ConnsReport | None: ...
-    @property
-    def restart(self) -> int | None: ...
 
 
 @dataclass(slots=True)
@@ -210,7 +154,7 @@ class CommTracker:
         self.periods = Window(64)
         self.last_entrants = deque(maxlen=self.params.straggler_window)
 
-    def ingest(self, message: Report) -> None:
+    def ingest(self, message: Collective) -> None:
         """Take one rank's report: its liveness, places, operations and connections."""
         self.take_seen(message.rank, message.ts_ns, message.global_rank, message.node, message.gpu)
         self._take_ops(message)
@@ -249,7 +193,7 @@ class CommTracker:
             member.gpu = gpu
             self.place_version += 1
 
-    def _take_ops(self, message: Report) -> None:
+    def _take_ops(self, message: Collective) -> None:
         rank = message.rank
         ops = message.ops
         ts_ns = message.ts_ns

@@ -28,7 +28,7 @@ from schemas.messages import (
 from streams.core.alignment import LinkAlignment
 from streams.core.cabling import CablingCheck
 from streams.core.clock import TickClock
-from streams.core.comm import NOT_YET, Report
+from streams.core.comm import NOT_YET
 from streams.core.fabric import FabricCorrelator
 from streams.core.findings import FindingBook, OpenFinding
 from streams.core.hardware import HardwareMonitor, empty_node_state
@@ -380,7 +380,7 @@ class Engine:
         self._closed_books[job] = detector.book
         return closed
 
-    def _earlier_run(self, message: Report) -> bool:
+    def _earlier_run(self, message: Collective) -> bool:
         """Whether the report is of a run the job has left: a lower ``restart`` than the
         job's current run, or (without one) stamped before that run's first member report."""
         job = message.job
@@ -423,9 +423,8 @@ class Engine:
             detector.on_report_times(times)
             # The groups met at this barrier, made in the input's order (as one detector
             # makes them, report by report): hangs and slowdowns go through them in it.
-            for _, comm in sorted(met for share in its for met in share.met):
-                size = next((row[1] for share in its for row in share.seen if row[0] == comm), 0)
-                if size and comm not in detector.comms:
+            for _, comm, size in sorted(met for share in its for met in share.met):
+                if comm not in detector.comms:
                     detector.tracker_of(comm, size)
             for seen in sorted((row for share in its for row in share.seen), key=_seen_order):
                 detector.on_seen(seen)
@@ -460,7 +459,7 @@ class Engine:
                 out.extend(self._check_job(job, detector, ts_ns))
         return out
 
-    def _on_collective(self, message: Report) -> list[Diagnosis]:
+    def _on_collective(self, message: Collective) -> list[Diagnosis]:
         out: list[Diagnosis] = []
         if self._earlier_run(message):
             # Reported by a run the job's restart replaced (in flight at the requeue): its

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from schemas.messages import Diagnosis, Job, RankPlace
-from streams.core.comm import CommTracker, Report
+from schemas.messages import Collective, Diagnosis, Job, RankPlace
+from streams.core.comm import CommTracker
 from streams.core.findings import FindingBook
 from streams.core.groups import JobGroups
 from streams.core.hangs import HangCheck
@@ -107,7 +107,7 @@ class JobDetector:
         return self._groups.latest_seen_ns()
 
     # --- input -----------------------------------------------------------------------
-    def on_collective(self, message: Report) -> None:
+    def on_collective(self, message: Collective) -> None:
         """Take one rank's report."""
         self._nodes.on_report(message.ts_ns)
         self.tracker_of(message.comm, message.comm_size).ingest(message)

@@ -219,9 +219,6 @@ class SeqMerge:
         if merging is None:
             if seq < tracker.floor or seq in tracker.completed:
                 return  # a late part of a completed operation
-            if len(part.members) >= tracker.size:
-                self._complete_whole(part)  # a group within one shard: nothing to wait for
-                return
             if len(self.merging) >= MAX_PENDING:
                 oldest = min(self.merging)
                 del self.merging[oldest]
@@ -277,31 +274,6 @@ class SeqMerge:
                 state.all_entered_ns = None  # the report that completed entry is yet to come
         tracker.pending = dict(sorted(pending.items()))
 
-    def _complete_whole(self, part: SeqPart) -> None:
-        """An operation one part covers: learnt from as the tracker learns from it."""
-        tracker = self.tracker
-        seq = part.seq
-        tracker.complete_merged(seq)
-        if part.inferred:
-            return
-        ends = part.ends
-        durations = list(map(sub, ends, part.enters))
-        finished = max(ends)
-        size = tracker.size
-        if size == 2:
-            first, second = durations
-            shortest, longest = (first, second) if first <= second else (second, first)
-            middle: float = 0.0
-            last = 0
-        else:
-            ordered = sorted(durations)
-            shortest, longest = ordered[0], ordered[-1]
-            half = size // 2
-            middle = ordered[half] if size % 2 else (ordered[half - 1] + ordered[half]) / 2
-            last = part.members[durations.index(shortest)]
-        if tracker.learn(seq, part.op, part.nbytes, shortest, longest, middle, last, finished):
-            tracker.syncs.append((seq, list(ends)))
-
     def _complete(self, seq: int, merging: _Merging) -> None:
         tracker = self.tracker
         tracker.complete_merged(seq)
@@ -330,7 +302,7 @@ class SeqMerge:
         else:
             ordered = sorted(durations)
             longest = ordered[-1]
-            half = size // 2
+            half = size // 2  # as `CommTracker._complete` takes it (ints, not floats)
             middle = ordered[half] if size % 2 else (ordered[half - 1] + ordered[half]) / 2
         if tracker.learn(seq, first.op, first.nbytes, shortest, longest, middle, last, finished):
             ends = [0] * size

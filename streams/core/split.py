@@ -59,8 +59,10 @@ class JobShare:
     opens: tuple[SeqPart, ...]  # operations its members are still in
     finished: tuple[tuple[str, int], ...]  # (comm, latest end its members reported)
     agents: tuple[tuple[str, int], ...]  # (node, ts) of each batch that named its node
-    spans: tuple[OpsRow, ...] = ()  # each report's operations, for the compute windows
-    met: tuple[tuple[int, str], ...] = ()  # (input position, comm) of groups first met here
+    spans: tuple[OpsRow, ...]  # each report's operations, for the compute windows
+    # (input position, comm, size) of the groups first met here: the job stage makes its
+    # trackers in the input's order (what its checks go through them in).
+    met: tuple[tuple[int, str, int], ...]
 
 
 @dataclass(slots=True)
@@ -72,10 +74,9 @@ class _NodeJob:
     conns: list[ConnRow] = field(default_factory=list)
     agents: list[tuple[str, int]] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)  # groups with reports since the barrier
-    # Where in the input each group's first report here was, and the groups met since the
-    # barrier: the job stage makes its trackers in the input's order (what it iterates in).
-    first: dict[str, int] = field(default_factory=dict)
-    met: list[tuple[int, str]] = field(default_factory=list)
+    # The groups met here so far, and those met since the barrier (`JobShare.met`).
+    known: set[str] = field(default_factory=set)
+    met: list[tuple[int, str, int]] = field(default_factory=list)
     # The run its reports are of (the latest restart count a report or a member report
     # said), and whether a report said it since the barrier.
     run: int = -1
@@ -137,9 +138,9 @@ class NodeStage:
             state.run_said = True
         comm = state.comms.get(message.comm)
         if comm is None or comm.size != message.comm_size:
-            if message.comm not in state.first:
-                state.first[message.comm] = position
-                state.met.append((position, message.comm))
+            if message.comm not in state.known:
+                state.known.add(message.comm)
+                state.met.append((position, message.comm, message.comm_size))
             comm = state.comms[message.comm] = ShardComm(message.comm, message.comm_size)
         ops = message.ops
         ts_ns = message.ts_ns
@@ -162,11 +163,11 @@ class NodeStage:
         # it is what it would be after each of them (the latest time, the latest place).
         key = (message.comm, message.rank)
         before = state.seen.get(key)
-        node, gpu = message.node, message.gpu
+        node, gpu, seen_ns = message.node, message.gpu, ts_ns
         if before is not None:
             node = node if node is not None else before[4]
             gpu = gpu if gpu is not None else before[5]
-            ts_ns = max(ts_ns, before[6])
+            seen_ns = max(seen_ns, before[6])
         state.seen[key] = (
             message.comm,
             message.comm_size,
@@ -174,9 +175,8 @@ class NodeStage:
             message.global_rank,
             node,
             gpu,
-            ts_ns,
+            seen_ns,
         )
-        ts_ns = message.ts_ns
         conns = message.conns
         if conns is not None:
             state.conns.append(

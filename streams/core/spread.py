@@ -3,13 +3,13 @@
 
 Collective reports go to the node stage of their node (`streams.core.split`); everything
 else, and what the node stages hand on, to the job stage (the `Engine`). The node stages
-hand on at barriers: once a tick of event time (`MeetingClock`, moved by the reports' and
-the hardware reports' times, as the job stage's own clock is), before a fact about a job (a
-placement, a member report, a route plan: it may stop or restart the job) and at the end of
-the input. The job stage's clock moves by the reports only at barriers, so a periodic check
-judges every report taken before it. What the job stage learns at a barrier is in an order
-of its own (`Engine.on_shares`), so the findings are the same however many node stages
-took the reports, in one process or in several (`streams.spread_replay`).
+hand on at barriers: once a tick of event time (a `TickClock` of their own, moved by the
+reports' and the hardware reports' times as read off the input), before a fact about a job
+(a placement, a member report, a route plan: it may stop or restart the job) and at the end
+of the input. The job stage's clock moves by the reports only at barriers, so a periodic
+check judges every report taken before it. What the job stage learns at a barrier is in an
+order of its own (`Engine.on_shares`), so the findings are the same however many node
+stages took the reports, in one process or in several (`streams.spread_replay`).
 """
 
 from __future__ import annotations
@@ -40,19 +40,6 @@ def node_stage_of(node: str, stages: int) -> int:
     return zlib.crc32(node.encode()) % stages
 
 
-class MeetingClock:
-    """When the node stages and the job stage meet: once a tick of event time, as read off
-    the input (a report's or batch's latest ``ts_ns``, a hardware report's), before the
-    message whose time makes the tick due is judged."""
-
-    def __init__(self, tick_ns: int) -> None:
-        self._clock = TickClock(tick_ns)
-
-    def due(self, ts_ns: int) -> bool:
-        """Move to ``ts_ns`` (never back); whether the stages meet now."""
-        return self._clock.advance(ts_ns)
-
-
 def hardware_time(message: C4Model) -> int | None:
     """The event time of a hardware report or batch (None for any other message)."""
     if isinstance(message, Links | Gpus):
@@ -71,7 +58,9 @@ class SpreadDetection:
             raise ValueError(message)
         self.engine = engine
         self.stages = [NodeStage() for _ in range(node_stages)]
-        self.meeting = MeetingClock(engine.params.tick_ns)
+        # When the stages meet: a tick of the input's event time, before the message
+        # whose time makes it due is judged.
+        self.meeting = TickClock(engine.params.tick_ns)
         self._position = 0  # messages fed so far: each report's place in the input
 
     def barrier(self) -> list[Diagnosis]:
@@ -92,10 +81,10 @@ class SpreadDetection:
             node = message.node or message.job
             self._position += 1
             self.stages[node_stage_of(node, len(self.stages))].on_message(message, self._position)
-            return self.barrier() if self.meeting.due(event_time(message)) else []
+            return self.barrier() if self.meeting.advance(event_time(message)) else []
         hardware_ns = hardware_time(message)
         meets = isinstance(message, Job | Member | Route) or (
-            hardware_ns is not None and self.meeting.due(hardware_ns)
+            hardware_ns is not None and self.meeting.advance(hardware_ns)
         )
         out = self.barrier() if meets else []
         if isinstance(message, Job) and message.state == "stopped":

@@ -5,8 +5,8 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-from schemas.messages import Diagnosis
-from streams.core.comm import CommTracker, Report
+from schemas.messages import Collective, Diagnosis
+from streams.core.comm import CommTracker
 from streams.core.compute import ComputeTracker
 from streams.core.findings import FindingBook, SuspectScore
 from streams.core.groups import JobGroups
@@ -28,7 +28,7 @@ class StragglerCheck:
         self._members_index: dict[int, tuple[CommTracker, int]] = {}
         self._members_stamp: tuple[tuple[int, int], ...] | None = None
 
-    def add(self, message: Report) -> None:
+    def add(self, message: Collective) -> None:
         """Take one rank's report of its latest operation."""
         ops = message.ops
         self.compute.add(
