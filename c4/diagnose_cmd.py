@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from c4.gc_tuning import fewer_collections
+from c4.gc_tuning import no_collections
 from c4.inputs import InputError, json_lines, load_document, load_params, overlong_line
 from c4.progress import ReadProgress
 from schemas.base import C4Model
@@ -68,7 +68,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         load_placements(stage, args.jobs)
     out = sys.stdout.buffer
     stream = sys.stdin.buffer if args.file == "-" else Path(args.file).open("rb")  # noqa: SIM115
-    with stream, fewer_collections(), ReadProgress(stream, "diagnose", sys.stderr) as progress:
+    with stream, no_collections(), ReadProgress(stream, "diagnose", sys.stderr) as progress:
         lines = json_lines(progress.source, args.file)
         found = (
             replay(stage, lines, stats, progress.messages)

@@ -77,7 +77,11 @@ def route(line: bytes) -> tuple[str, int] | None:
 
 
 def node_worker(conn: Connection) -> None:
-    """A worker: the node stage of the lines it is sent, handed on at each barrier."""
+    """A worker: the node stage of the lines it is sent, handed on at each barrier. Without
+    the cyclic collector, as the replay it serves (`c4.gc_tuning.no_collections`): the
+    process ends with the replay."""
+    gc.freeze()
+    gc.disable()
     stage = NodeStage()
     rejections: list[str] = []
     taken = 0
@@ -257,14 +261,17 @@ class SpreadReplay:
 
     def _barrier(self) -> list[Diagnosis]:
         """Every worker's answer to one barrier; the job stage takes it all. Without the
-        cyclic collector meanwhile: a barrier's rows are thousands of tuples alive at once,
-        freed by their counts right after, and a collection among them walked them all (a
-        sixth of this process's time on a 4,096-rank job)."""
+        cyclic collector meanwhile (`c4 diagnose` runs without it throughout): a barrier's
+        rows are thousands of tuples alive at once, freed by their counts right after, and a
+        collection among them walked them all (a sixth of this process's time on a
+        4,096-rank job)."""
+        enabled = gc.isenabled()
         gc.disable()
         try:
             return self._take_barrier()
         finally:
-            gc.enable()
+            if enabled:
+                gc.enable()
 
     def _take_barrier(self) -> list[Diagnosis]:
         shares: list[JobShare] = []
