@@ -19,6 +19,7 @@ from streams.core.stats import Baseline, Window
 
 MAX_PENDING = 4096
 MAX_COMPLETED = 8192
+NO_SEQ = -2  # no report of the member taken yet (seqs are never negative)
 # A slowdown is judged every this many completed operations of one kind.
 SLOW_EVERY_OPS = 2
 # What ``recent_of`` reads of each rank: its last samples, as many as this many reports
@@ -93,6 +94,12 @@ class Member:
     gpu: int | None = None
     port: str | None = None
     last_seen_ns: int = NOT_YET
+    # Every pending operation up to these seqs has its entry (its end) from this member,
+    # as of the tracker's ``opened_below``: a report that runs on from them leaves no hole
+    # to fill in (`reports_through`).
+    entered_to: int = NO_SEQ
+    ended_to: int = NO_SEQ
+    through_as_of: int = 0
 
 
 @dataclass(slots=True)
@@ -109,6 +116,11 @@ class CommTracker:
     # a late re-report of a finished operation must not open it again as a ghost.
     completed: dict[int, None] = field(default_factory=dict)
     floor: int = 0
+    # The latest seq opened, and how many opened below it: an operation first reported
+    # after later ones (their reports came first, or one was lost) may be a hole of a member
+    # that reported past it before it was open (`Member.entered_to` holds no more).
+    newest_seq: int = -1
+    opened_below: int = 0
     spans: Window = field(init=False)
     last_entrants: deque[tuple[int, float, int]] = field(init=False)
     baselines: dict[tuple[str, int], Baseline] = field(default_factory=dict)
@@ -225,6 +237,10 @@ class CommTracker:
                     names[i], sizes[i], [NOT_YET] * size, [NOT_YET] * size
                 )
                 state.first_seen_ns = ts_ns
+                if seq > self.newest_seq:
+                    self.newest_seq = seq
+                else:
+                    self.opened_below += 1
             state_enters = state.enter
             if state_enters[rank] == NOT_YET:
                 state_enters[rank] = enters[i]
@@ -245,8 +261,24 @@ class CommTracker:
             finished = min(finished, ts_ns)  # no report vouches for later than its own time
             if finished > self.finished_ns:
                 self.finished_ns = finished
-        if ops.seq and pending and min(pending) < max(ops.seq):
-            self._infer_earlier(rank, ops.seq, ops.end_ns, ts_ns)
+        if count == 0:
+            return
+        member = self.members[rank]
+        if member.through_as_of == self.opened_below:
+            through = reports_through(seqs, ends, member.entered_to, member.ended_to)
+            if through is not None:  # nothing earlier left out: no pending one to scan
+                entered_to, ended_to = through
+                if entered_to > member.entered_to:
+                    member.entered_to = entered_to
+                if ended_to > member.ended_to:
+                    member.ended_to = ended_to
+                return
+        if pending and min(pending) < max(seqs):
+            self._infer_earlier(rank, seqs, ends, ts_ns)
+        # Filled in (or nothing pending below them): what this report reached holds.
+        member.entered_to = max(seqs)
+        member.ended_to = last_ended(seqs, ends)
+        member.through_as_of = self.opened_below
 
     def take_conns(
         self,
@@ -622,6 +654,51 @@ class CommTracker:
     def recent_conns(self, intervals: int = RECENT_INTERVALS) -> list[ConnSample]:
         """Each rank's connection samples of its last few reports."""
         return [sample for rank in self.conns for sample in self.recent_of(rank, intervals)]
+
+
+def last_ended(seqs: tuple[int, ...], ends: tuple[int | None, ...]) -> int:
+    """The latest seq a report says ended (-1: none)."""
+    latest = -1
+    for i in range(len(seqs)):
+        if ends[i] is not None and seqs[i] > latest:
+            latest = seqs[i]
+    return latest
+
+
+def reports_through(
+    seqs: tuple[int, ...], ends: tuple[int | None, ...], entered_to: int, ended_to: int
+) -> tuple[int, int] | None:
+    """How far a member's entries and ends reach with this report, when it leaves no hole
+    below them: its seqs run on one by one from what the member entered before
+    (``entered_to``), and every one of them past what it ended before (``ended_to``) and
+    below its last end ended too. None when it may leave one (or nothing is known of the
+    member yet): then the pending operations are scanned for them (`_infer_earlier`).
+
+    A pending operation up to ``entered_to`` (``ended_to``) has this member's entry (end)
+    already: one can open again only if it is not done, and a done one is kept as done.
+    So whatever this report does not cover is not pending. O(the report), where the scan
+    is O(every pending operation), which is many in a large group (its members spread
+    out over more operations).
+    """
+    count = len(seqs)
+    if entered_to == NO_SEQ or count == 0:
+        return None
+    first = seqs[0]
+    if first > entered_to + 1:
+        return None
+    ended = -1
+    for i in range(count):
+        if seqs[i] != first + i:
+            return None
+        if ends[i] is not None:
+            ended = first + i
+    if ended > ended_to + 1:
+        if first > ended_to + 1:
+            return None
+        for i in range(ended - first):
+            if first + i > ended_to and ends[i] is None:
+                return None
+    return first + count - 1, ended
 
 
 def _unsort(ordered: dict[int, list[float]], sample: ConnSample) -> None:

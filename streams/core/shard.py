@@ -25,7 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import itemgetter, sub
 
-from streams.core.comm import MAX_COMPLETED, MAX_PENDING, NOT_YET, CommTracker, SeqState
+from streams.core.comm import (
+    MAX_COMPLETED,
+    MAX_PENDING,
+    NOT_YET,
+    CommTracker,
+    SeqState,
+    last_ended,
+    reports_through,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +81,13 @@ class ShardComm:
         # of them by a member that joined later is a part of its own.
         self.handed: dict[int, int] = {}
         self.floor = 0
+        # Per member, how far its entries and ends reach with no hole below them, as of
+        # ``reopened`` (`streams.core.comm.reports_through`). An operation handed on (or
+        # given up on) opens again for a member that joined later: whoever reported it
+        # before has a hole there now.
+        self.through: dict[int, tuple[int, int, int]] = {}
+        self.reopened = 0
+        self.newest = -1
         self._ready: list[SeqPart] = []
         # The latest end any member reported (at most its report's time): the members'
         # peers were in that operation too (`CommTracker.finished_ns`).
@@ -108,6 +123,10 @@ class ShardComm:
                 if len(open_) >= MAX_PENDING:
                     del open_[min(open_)]  # bounded: the oldest is given up on
                 state = open_[seq] = _Open(names[i], sizes[i], ts_ns, ts_ns, before or 0)
+                if seq > self.newest:
+                    self.newest = seq
+                else:
+                    self.reopened += 1
             if rank not in state.enter:
                 state.enter[rank] = enters[i]
                 state.entered_ns = ts_ns
@@ -124,8 +143,21 @@ class ShardComm:
             finished = min(finished, ts_ns)  # no report vouches for later than its own time
             if finished > self.finished_ns:
                 self.finished_ns = finished
-        if seqs and open_ and min(open_) < max(seqs):
+        if not seqs:
+            return
+        known_through = self.through.get(rank)
+        if known_through is not None and known_through[2] == self.reopened:
+            through = reports_through(seqs, ends, known_through[0], known_through[1])
+            if through is not None:  # nothing earlier left out: no open operation to scan
+                self.through[rank] = (
+                    max(through[0], known_through[0]),
+                    max(through[1], known_through[1]),
+                    self.reopened,
+                )
+                return
+        if open_ and min(open_) < max(seqs):
             self._infer_earlier(rank, seqs, ends, ts_ns)
+        self.through[rank] = (max(seqs), last_ended(seqs, ends), self.reopened)
 
     def _infer_earlier(
         self, rank: int, seqs: tuple[int, ...], ends: tuple[int | None, ...], ts_ns: int
