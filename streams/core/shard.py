@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import itemgetter, sub
+from typing import Any
 
 from streams.core.comm import (
     MAX_COMPLETED,
@@ -205,6 +206,65 @@ class ShardComm:
             ends = tuple(state.end.get(m, NOT_YET) for m in members)
             out.append(self._part(seq, state, members, ends))
         return out
+
+    def state(self) -> dict[str, Any]:
+        """Everything needed to go on after a restart, as plain data (JSON types), between
+        two drains (what is handed on waits in no buffer then)."""
+        if self._ready:
+            message = "a shard's state is taken once what it handed on was drained"
+            raise ValueError(message)
+        return {
+            "comm": self.comm,
+            "size": self.size,
+            "joined": list(self.joined),  # in the order they joined
+            "open": [
+                [
+                    seq,
+                    op.op,
+                    op.nbytes,
+                    op.first_seen_ns,
+                    op.entered_ns,
+                    op.before,
+                    [[rank, ns] for rank, ns in op.enter.items()],
+                    [[rank, ns] for rank, ns in op.end.items()],
+                    op.inferred,
+                ]
+                for seq, op in self.open.items()
+            ],
+            "handed": [[seq, known] for seq, known in self.handed.items()],
+            "floor": self.floor,
+            "through": [[rank, *reach] for rank, reach in self.through.items()],
+            "reopened": self.reopened,
+            "newest": self.newest,
+            "finished_ns": self.finished_ns,
+        }
+
+    @classmethod
+    def restored(cls, state: dict[str, Any]) -> ShardComm:
+        """A shard in the state `state` described."""
+        shard = cls(str(state["comm"]), int(state["size"]))
+        shard.joined = {int(rank): index for index, rank in enumerate(state["joined"])}
+        for seq, op, nbytes, first_seen, entered, before, enter, end, inferred in state["open"]:
+            shard.open[int(seq)] = _Open(
+                str(op),
+                int(nbytes),
+                int(first_seen),
+                int(entered),
+                int(before),
+                {int(rank): int(ns) for rank, ns in enter},
+                {int(rank): int(ns) for rank, ns in end},
+                bool(inferred),
+            )
+        shard.handed = {int(seq): int(known) for seq, known in state["handed"]}
+        shard.floor = int(state["floor"])
+        shard.through = {
+            int(rank): (int(entered), int(ended), int(as_of))
+            for rank, entered, ended, as_of in state["through"]
+        }
+        shard.reopened = int(state["reopened"])
+        shard.newest = int(state["newest"])
+        shard.finished_ns = int(state["finished_ns"])
+        return shard
 
     def _part(
         self, seq: int, state: _Open, members: tuple[int, ...], ends: tuple[int, ...]

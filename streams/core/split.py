@@ -11,6 +11,7 @@ the job stage reads only these.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,6 +192,39 @@ class NodeStage:
                     conns.busy_ns,
                 )
             )
+
+    def jobs(self) -> list[str]:
+        """The jobs it holds state of."""
+        return list(self._jobs)
+
+    def snapshot(self, jobs: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Each of these jobs' state as plain data (JSON types), taken right after a
+        barrier: what a restarted node stage goes on from (its groups' operations not
+        ended yet, what they handed on, the run). Between barriers what it took waits to be
+        handed on, and is no state to keep: a `ValueError`."""
+        out: dict[str, dict[str, Any]] = {}
+        for job in jobs:
+            state = self._jobs.get(job)
+            if state is None:
+                continue
+            if state.times or state.agents or state.met or state.touched:
+                message = f"job {job}: a node stage's state is taken right after a barrier"
+                raise ValueError(message)
+            out[job] = {
+                "run": state.run,
+                "known": sorted(state.known),
+                "comms": [comm.state() for comm in state.comms.values()],
+            }
+        return out
+
+    def restore(self, job: str, snapshot: dict[str, Any]) -> None:
+        """Take a job over from its snapshot (`snapshot`), in place of what it held."""
+        state = self._jobs[job] = _NodeJob()
+        state.run = int(snapshot["run"])
+        state.known = {str(comm) for comm in snapshot["known"]}
+        for each in snapshot["comms"]:
+            comm = ShardComm.restored(each)
+            state.comms[comm.comm] = comm
 
     def forget(self, job: str) -> None:
         """The job stopped or restarted: what its groups were in is of no run any more."""
