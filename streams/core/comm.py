@@ -674,11 +674,13 @@ def reports_through(
     below its last end ended too. None when it may leave one (or nothing is known of the
     member yet): then the pending operations are scanned for them (`_infer_earlier`).
 
-    A pending operation up to ``entered_to`` (``ended_to``) has this member's entry (end)
-    already: one can open again only if it is not done, and a done one is kept as done.
-    So whatever this report does not cover is not pending. O(the report), where the scan
-    is O(every pending operation), which is many in a large group (its members spread
-    out over more operations).
+    The caller keeps that a pending operation up to ``entered_to`` (``ended_to``) has
+    this member's entry (end) already: a done one does not open again (it is kept as
+    done), and one first opened below a later one since the member's last scan (who was
+    ahead lost its report) voids the reach (`CommTracker.opened_below`). So whatever this
+    report does not cover is not pending. O(the report), where the scan is O(every
+    pending operation), which is many in a large group (its members spread out over more
+    operations).
     """
     count = len(seqs)
     if entered_to == NO_SEQ or count == 0:
