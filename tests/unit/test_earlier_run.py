@@ -53,6 +53,16 @@ def run(*, tagged: bool, member_reports: bool) -> list[Diagnosis]:
     """The stuck run, requeued at 20 s: the new, healthy run's reports (and, with
     ``member_reports``, its ranks' member reports) interleaved with the old run's last ones
     (still coming for 20 s more). ``tagged``: reports carry their run's ``restart``."""
+    engine = Engine()
+    out = []
+    for message in requeued(tagged=tagged, member_reports=member_reports):
+        out.extend(engine.process(message))
+    out.extend(engine.check(engine.now_ns))
+    return out
+
+
+def requeued(*, tagged: bool, member_reports: bool) -> list[C4Model]:
+    """The messages of `run`, in the order the engine takes them."""
     old = STUCK.messages()
     new = [moved(m, RESTART_AT - T0, 1 if tagged else None) for m in RingJob(seed=5).messages()]
     timeline: list[tuple[int, int, C4Model]] = []
@@ -61,12 +71,8 @@ def run(*, tagged: bool, member_reports: bool) -> list[Diagnosis]:
         timeline += [(m.ts_ns, 0, m) for m in members(STUCK, 1, RESTART_AT)]
     timeline += [(m.ts_ns, 1, m.model_copy(update={"restart": 0 if tagged else None})) for m in old]
     timeline += [(m.ts_ns, 1, m) for m in new]
-    engine = Engine()
-    out = list(engine.process(STUCK.job_message()))
-    for _, _, message in sorted(timeline, key=lambda item: (item[0], item[1])):
-        out.extend(engine.process(message))
-    out.extend(engine.check(engine.now_ns))
-    return out
+    ordered = sorted(timeline, key=lambda item: (item[0], item[1]))
+    return [STUCK.job_message(), *(message for _, _, message in ordered)]
 
 
 def hangs(out: list[Diagnosis]) -> list[tuple[str, str, tuple[str, ...]]]:

@@ -18,6 +18,7 @@ from simulator.suite import generate_suite
 from streams.core.engine import Engine
 from streams.core.spread import SpreadDetection
 from streams.replay import Replayed, ReplayStats, replay
+from tests.unit.test_earlier_run import requeued
 
 BAD_LINES = [
     b'{"v":1,"kind":"collective"',
@@ -71,3 +72,14 @@ def test_a_replay_frees_everything_by_reference_counts(kind: str | None) -> None
     assert not engine.jobs  # stopped: their detectors were dropped
     spread = SpreadDetection(Engine(topology=topology), 2)
     assert _unreachable_after(spread, lines) == 0
+
+
+def test_a_requeued_job_frees_its_earlier_run_by_reference_counts() -> None:
+    # The stuck ring job requeued at 20 s after its hang fired: member reports of both
+    # runs, the old run's last reports among the new one's (the engine ends the old run).
+    messages = requeued(tagged=True, member_reports=True)
+    raw: list[bytes | None] = [encode(m) for m in messages]
+    raw[len(raw) // 2 : len(raw) // 2] = BAD_LINES
+    lines = list(enumerate(raw, 1))
+    assert _unreachable_after(Engine(), lines) == 0
+    assert _unreachable_after(SpreadDetection(Engine(), 2), lines) == 0
