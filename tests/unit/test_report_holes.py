@@ -18,6 +18,7 @@ from streams.core.comm import NO_SEQ, CommTracker, reports_through
 from streams.core.params import DetectorParams
 from streams.core.shard import ShardComm
 
+# (rank, ts_ns, seqs, ops, bytes, enters, ends): what `ShardComm.ingest` takes.
 Report = tuple[
     int,
     int,
