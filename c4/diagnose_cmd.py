@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,10 @@ from streams.core.engine import Engine
 from streams.core.params import DetectorParams
 from streams.core.spread import SpreadDetection
 from streams.replay import Replayed, ReplayStats, replay
+
+# Node stages in one process, and worker processes: far more than a replay can use.
+MAX_NODE_STAGES = 1024
+MAX_WORKERS = 256
 
 if TYPE_CHECKING:
     from c4.settings import Settings
@@ -98,7 +103,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--params", help='detector parameters: {"defaults": {}, "jobs": {}}')
     parser.add_argument(
         "--node-stages",
-        type=_positive,
+        type=_count(MAX_NODE_STAGES),
         default=0,
         metavar="N",
         help="take the collective reports in N node stages that hand each operation's parts"
@@ -107,7 +112,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--workers",
-        type=_positive,
+        type=_count(MAX_WORKERS),
         default=0,
         metavar="N",
         help="the node stages in N worker processes, the job stage in this one: a large"
@@ -117,13 +122,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=_run)
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        message = f"not a whole number: {text!r}"
-        raise argparse.ArgumentTypeError(message) from None
-    if value < 1:
-        message = f"must be at least 1, not {value}"
-        raise argparse.ArgumentTypeError(message)
-    return value
+def _count(most: int) -> Callable[[str], int]:
+    """A whole number from 1 to ``most``: stages and processes are made up front, so an
+    unbounded count would take the machine's memory before the first line is read."""
+
+    def parsed(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            message = f"not a whole number: {text!r}"
+            raise argparse.ArgumentTypeError(message) from None
+        if not 1 <= value <= most:
+            message = f"must be from 1 to {most}, not {value}"
+            raise argparse.ArgumentTypeError(message)
+        return value
+
+    return parsed

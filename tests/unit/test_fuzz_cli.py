@@ -206,6 +206,9 @@ def test_offline_commands_exit_cleanly_on_any_argv(
         ["validate", "--kind", "flows", "hostile.bin"],
         ["validate", "--kind", "nope"],
         ["diagnose", "--params", "hostile.bin", "messages.jsonl"],
+        # Made up front: unbounded, these took the machine's memory (the fuzzer found it).
+        ["diagnose", "--node-stages", "99999999999999999999", "messages.jsonl"],
+        ["diagnose", "--workers", "99999999999999999999", "messages.jsonl"],
     ],
 )
 def test_hostile_arguments_exit_with_one_line(workdir: Path, argv: list[str]) -> None:
