@@ -101,4 +101,4 @@ def test_c4_diagnose_with_node_stages_prints_what_it_prints_without(tmp_path: Pa
         check=False,
     )
     assert refused.returncode == 2
-    assert b"must be at least 1" in refused.stderr
+    assert b"must be from 1 to 1024, not 0" in refused.stderr
