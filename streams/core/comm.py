@@ -86,6 +86,39 @@ class ConnSample:
 
 
 @dataclass(slots=True)
+class Reach:
+    """How far a member's entries and ends reach with no hole below them: every operation
+    still open up to ``entered_to`` (``ended_to``) has its entry (end) from the member, as of
+    ``as_of`` operations first opened below a later one (one that opens so voids it: who
+    was ahead lost its report, and this member may have passed it before it opened)."""
+
+    entered_to: int = NO_SEQ
+    ended_to: int = NO_SEQ
+    as_of: int = 0
+
+    def runs_on(self, seqs: tuple[int, ...], ends: tuple[int | None, ...], opened: int) -> bool:
+        """Whether a report leaves no hole (`reports_through`): then it moves the reach on,
+        and the open operations need no scan for lost reports."""
+        if self.as_of != opened:
+            return False
+        through = reports_through(seqs, ends, self.entered_to, self.ended_to)
+        if through is None:
+            return False
+        if through[0] > self.entered_to:
+            self.entered_to = through[0]
+        if through[1] > self.ended_to:
+            self.ended_to = through[1]
+        return True
+
+    def scanned(self, seqs: tuple[int, ...], ends: tuple[int | None, ...], opened: int) -> None:
+        """The open operations were scanned for this report's holes (or none was open
+        below it): what the report reached holds."""
+        self.entered_to = max(seqs)
+        self.ended_to = last_ended(seqs, ends)
+        self.as_of = opened
+
+
+@dataclass(slots=True)
 class Member:
     """What is known of one member: where it runs and when it was last heard from."""
 
@@ -94,12 +127,7 @@ class Member:
     gpu: int | None = None
     port: str | None = None
     last_seen_ns: int = NOT_YET
-    # Every pending operation up to these seqs has its entry (its end) from this member,
-    # as of the tracker's ``opened_below``: a report that runs on from them leaves no hole
-    # to fill in (`reports_through`).
-    entered_to: int = NO_SEQ
-    ended_to: int = NO_SEQ
-    through_as_of: int = 0
+    reach: Reach = field(default_factory=Reach)
 
 
 @dataclass(slots=True)
@@ -118,7 +146,7 @@ class CommTracker:
     floor: int = 0
     # The latest seq opened, and how many opened below it: an operation first reported
     # after later ones (their reports came first, or one was lost) may be a hole of a member
-    # that reported past it before it was open (`Member.entered_to` holds no more).
+    # that reported past it before it was open (its `Reach` holds no more).
     newest_seq: int = -1
     opened_below: int = 0
     spans: Window = field(init=False)
@@ -263,22 +291,12 @@ class CommTracker:
                 self.finished_ns = finished
         if count == 0:
             return
-        member = self.members[rank]
-        if member.through_as_of == self.opened_below:
-            through = reports_through(seqs, ends, member.entered_to, member.ended_to)
-            if through is not None:  # nothing earlier left out: no pending one to scan
-                entered_to, ended_to = through
-                if entered_to > member.entered_to:
-                    member.entered_to = entered_to
-                if ended_to > member.ended_to:
-                    member.ended_to = ended_to
-                return
+        reach = self.members[rank].reach
+        if reach.runs_on(seqs, ends, self.opened_below):
+            return  # nothing earlier left out: no pending operation to scan
         if pending and min(pending) < max(seqs):
             self._infer_earlier(rank, seqs, ends, ts_ns)
-        # Filled in (or nothing pending below them): what this report reached holds.
-        member.entered_to = max(seqs)
-        member.ended_to = last_ended(seqs, ends)
-        member.through_as_of = self.opened_below
+        reach.scanned(seqs, ends, self.opened_below)
 
     def take_conns(
         self,

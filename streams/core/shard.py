@@ -31,9 +31,8 @@ from streams.core.comm import (
     MAX_PENDING,
     NOT_YET,
     CommTracker,
+    Reach,
     SeqState,
-    last_ended,
-    reports_through,
 )
 
 
@@ -82,11 +81,11 @@ class ShardComm:
         # of them by a member that joined later is a part of its own.
         self.handed: dict[int, int] = {}
         self.floor = 0
-        # Per member, how far its entries and ends reach with no hole below them, as of
-        # ``reopened`` (`streams.core.comm.reports_through`). An operation handed on (or
-        # given up on) opens again for a member that joined later: whoever reported it
-        # before has a hole there now.
-        self.through: dict[int, tuple[int, int, int]] = {}
+        # Per member, how far its entries and ends reach with no hole below them
+        # (`streams.core.comm.Reach`), and how many operations opened below the newest: one
+        # handed on (or given up on) opens again for a member that joined later, and
+        # whoever reported it before has a hole there now.
+        self.through: dict[int, Reach] = {}
         self.reopened = 0
         self.newest = -1
         self._ready: list[SeqPart] = []
@@ -146,19 +145,14 @@ class ShardComm:
                 self.finished_ns = finished
         if not seqs:
             return
-        known_through = self.through.get(rank)
-        if known_through is not None and known_through[2] == self.reopened:
-            through = reports_through(seqs, ends, known_through[0], known_through[1])
-            if through is not None:  # nothing earlier left out: no open operation to scan
-                self.through[rank] = (
-                    max(through[0], known_through[0]),
-                    max(through[1], known_through[1]),
-                    self.reopened,
-                )
-                return
+        reach = self.through.get(rank)
+        if reach is None:
+            reach = self.through[rank] = Reach()
+        elif reach.runs_on(seqs, ends, self.reopened):
+            return  # nothing earlier left out: no open operation to scan
         if open_ and min(open_) < max(seqs):
             self._infer_earlier(rank, seqs, ends, ts_ns)
-        self.through[rank] = (max(seqs), last_ended(seqs, ends), self.reopened)
+        reach.scanned(seqs, ends, self.reopened)
 
     def _infer_earlier(
         self, rank: int, seqs: tuple[int, ...], ends: tuple[int | None, ...], ts_ns: int
@@ -233,7 +227,10 @@ class ShardComm:
             ],
             "handed": [[seq, known] for seq, known in self.handed.items()],
             "floor": self.floor,
-            "through": [[rank, *reach] for rank, reach in self.through.items()],
+            "through": [
+                [rank, reach.entered_to, reach.ended_to, reach.as_of]
+                for rank, reach in self.through.items()
+            ],
             "reopened": self.reopened,
             "newest": self.newest,
             "finished_ns": self.finished_ns,
@@ -258,7 +255,7 @@ class ShardComm:
         shard.handed = {int(seq): int(known) for seq, known in state["handed"]}
         shard.floor = int(state["floor"])
         shard.through = {
-            int(rank): (int(entered), int(ended), int(as_of))
+            int(rank): Reach(int(entered), int(ended), int(as_of))
             for rank, entered, ended, as_of in state["through"]
         }
         shard.reopened = int(state["reopened"])

@@ -14,7 +14,7 @@ from simulator.cluster import build_cluster
 from simulator.run import simulate_cluster
 from simulator.scenario import FAULT_TYPES
 from simulator.suite import generate_suite
-from streams.core.comm import NO_SEQ, CommTracker, reports_through
+from streams.core.comm import NO_SEQ, CommTracker, Reach, reports_through
 from streams.core.params import DetectorParams
 from streams.core.shard import ShardComm
 
@@ -118,11 +118,9 @@ def test_a_tracker_ends_where_a_scan_at_every_report_leaves_it(kind: str) -> Non
         for row in _roughened(reports, seed=n):
             message = _collective(first, row)
             for member in scanned.members:  # nothing known: the scan every time
-                member.entered_to = member.ended_to = NO_SEQ
-            member = quick.members[row[0]]
-            skipped += (
-                reports_through(row[2], row[6], member.entered_to, member.ended_to) is not None
-            )
+                member.reach = Reach()
+            reach = quick.members[row[0]].reach
+            skipped += reports_through(row[2], row[6], reach.entered_to, reach.ended_to) is not None
             quick.ingest(message)
             scanned.ingest(message)
         assert _tracker_state(quick) == _tracker_state(scanned), (kind, first.comm)
