@@ -13,10 +13,10 @@ from schemas.messages import Collective, Collectives
 from simulator.cluster import build_cluster
 from simulator.run import simulate_cluster
 from simulator.scenario import FAULT_TYPES, scenario_from
-from simulator.suite import generate_suite
 from streams.core.comm import CommTracker
 from streams.core.params import DetectorParams
 from streams.core.shard import SeqMerge, ShardComm
+from tests.unit.suite_cases import suite_case
 
 SYNC_EVERY_NS = 500_000_000
 
@@ -108,8 +108,7 @@ def test_a_data_parallel_group_over_shards_learns_what_one_tracker_learns(shards
 def test_every_group_of_a_faulty_job_over_shards_learns_what_one_tracker_learns(
     kind: str,
 ) -> None:
-    cases = generate_suite(40, seed=11, sizes=(8, 64))
-    scenario = next(c for c in cases if c.faults and c.faults[0].type == kind)
+    scenario = suite_case(kind)
     messages = list(simulate_cluster(build_cluster(None, scenario), scenario))
     for reports in _by_comm(messages).values():
         for shards in (2, 3):

@@ -19,7 +19,6 @@ from simulator import scenario_from, simulate
 from simulator.cluster import build_cluster
 from simulator.run import simulate_cluster
 from simulator.scenario import FAULT_TYPES
-from simulator.suite import generate_suite
 from streams.core.engine import Engine
 from streams.core.fabric import FabricHub
 from streams.core.snapshot import (
@@ -33,6 +32,7 @@ from streams.core.snapshot import (
     write_snapshot,
 )
 from streams.core.stage import JOB, NODE, DetectionStage
+from tests.unit.suite_cases import suite_case
 
 Finding = tuple[str, str, str, tuple[str, ...]]
 
@@ -48,8 +48,7 @@ def _run(stage: DetectionStage, messages: list[C4Model]) -> list[Diagnosis]:
 
 def _suite_case(kind: str) -> tuple[Topology, list[C4Model], float]:
     """A suite scenario with one fault of ``kind``: topology, messages, fault onset (s)."""
-    cases = generate_suite(40, seed=11, sizes=(8, 64))
-    scenario = next(c for c in cases if c.faults and c.faults[0].type == kind)
+    scenario = suite_case(kind)
     cluster = build_cluster(None, scenario)
     messages = list(simulate_cluster(cluster, scenario))
     return cluster.topology, messages, scenario.faults[0].at_s

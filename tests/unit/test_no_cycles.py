@@ -14,10 +14,10 @@ from schemas.messages import Job
 from simulator.cluster import build_cluster
 from simulator.run import simulate_cluster
 from simulator.scenario import FAULT_TYPES
-from simulator.suite import generate_suite
 from streams.core.engine import Engine
 from streams.core.spread import SpreadDetection
 from streams.replay import Replayed, ReplayStats, replay
+from tests.unit.suite_cases import suite_case
 from tests.unit.test_earlier_run import requeued
 
 BAD_LINES = [
@@ -31,11 +31,7 @@ END_NS = 1 << 62  # after every report
 
 
 def _lines(kind: str | None) -> tuple[list[tuple[int, bytes | None]], Topology | None]:
-    cases = generate_suite(40, seed=11, sizes=(8, 64))
-    if kind is None:
-        scenario = next(c for c in cases if not c.faults)
-    else:
-        scenario = next(c for c in cases if c.faults and c.faults[0].type == kind)
+    scenario = suite_case(kind)
     cluster = build_cluster(None, scenario)
     raw: list[bytes | None] = [encode(m) for m in simulate_cluster(cluster, scenario)]
     middle = len(raw) // 2

@@ -14,9 +14,9 @@ from schemas.messages import Collective, Collectives
 from simulator.cluster import build_cluster
 from simulator.run import simulate_cluster
 from simulator.scenario import FAULT_TYPES
-from simulator.suite import generate_suite
 from streams.core.split import JobShare, NodeStage
 from streams.core.spread import node_stage_of
+from tests.unit.suite_cases import suite_case
 
 BARRIER_EVERY = 40  # reports between barriers: several operations each, some left open
 STAGES = 2
@@ -25,8 +25,7 @@ REDELIVERED_SHARE = 0.1
 
 
 def _reports(kind: str) -> list[Collective | Collectives]:
-    cases = generate_suite(40, seed=11, sizes=(8, 64))
-    scenario = next(c for c in cases if c.faults and c.faults[0].type == kind)
+    scenario = suite_case(kind)
     messages: list[C4Model] = list(simulate_cluster(build_cluster(None, scenario), scenario))
     reports = [m for m in messages if isinstance(m, Collective | Collectives)]
     # Some delivered again a little later, as a consumer restarted from its last commit

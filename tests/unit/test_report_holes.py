@@ -13,10 +13,10 @@ from schemas.messages import Collective, Collectives
 from simulator.cluster import build_cluster
 from simulator.run import simulate_cluster
 from simulator.scenario import FAULT_TYPES
-from simulator.suite import generate_suite
 from streams.core.comm import NO_SEQ, CommTracker, Reach, reports_through
 from streams.core.params import DetectorParams
 from streams.core.shard import ShardComm
+from tests.unit.suite_cases import suite_case
 
 # (rank, ts_ns, seqs, ops, bytes, enters, ends): what `ShardComm.ingest` takes.
 Report = tuple[
@@ -55,8 +55,7 @@ def test_a_report_that_may_leave_a_hole_is_scanned(
 
 
 def _reports_of(kind: str) -> dict[str, list[Collective]]:
-    cases = generate_suite(40, seed=11, sizes=(8, 64))
-    scenario = next(c for c in cases if c.faults and c.faults[0].type == kind)
+    scenario = suite_case(kind)
     comms: dict[str, list[Collective]] = {}
     for message in simulate_cluster(build_cluster(None, scenario), scenario):
         batch = message.messages if isinstance(message, Collectives) else [message]

@@ -14,10 +14,10 @@ from schemas.codec import encode
 from simulator.cluster import build_cluster
 from simulator.run import simulate_cluster
 from simulator.scenario import FAULT_TYPES, scenario_from
-from simulator.suite import generate_suite
 from streams.core.engine import Engine
 from streams.core.spread import SpreadDetection, node_stage_of
 from streams.replay import Replayed
+from tests.unit.suite_cases import suite_case
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,8 +29,7 @@ def _findings(stage: Replayed, messages: list[C4Model]) -> list[bytes]:
 
 @pytest.mark.parametrize("kind", FAULT_TYPES)
 def test_each_fault_kind_is_found_alike_by_one_two_and_four_node_stages(kind: str) -> None:
-    cases = generate_suite(40, seed=11, sizes=(8, 64))
-    scenario = next(c for c in cases if c.faults and c.faults[0].type == kind)
+    scenario = suite_case(kind)
     cluster = build_cluster(None, scenario)
     messages = list(simulate_cluster(cluster, scenario))
     alone = _findings(Engine(topology=cluster.topology), messages)

@@ -12,9 +12,9 @@ import pytest
 from schemas.codec import encode
 from simulator.cluster import build_cluster
 from simulator.run import simulate_cluster
-from simulator.suite import generate_suite
 from streams.spread_replay import route
 from tests.unit.ring_job import RingJob
+from tests.unit.suite_cases import suite_case
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,8 +45,7 @@ def test_a_line_is_routed_by_its_text_without_decoding() -> None:
 
 @pytest.mark.parametrize("kind", ["slow_gpu", "node_down", "link_down", "process_stuck"])
 def test_workers_find_what_one_detector_finds(tmp_path: Path, kind: str) -> None:
-    cases = generate_suite(40, seed=11, sizes=(8, 64))
-    scenario = next(c for c in cases if c.faults and c.faults[0].type == kind)
+    scenario = suite_case(kind)
     cluster = build_cluster(None, scenario)
     recorded = tmp_path / "case.jsonl"
     recorded.write_bytes(b"".join(encode(m) + b"\n" for m in simulate_cluster(cluster, scenario)))
