@@ -25,12 +25,11 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import queue
-import re
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from multiprocessing.connection import Connection
-from typing import IO, Any
+from typing import IO
 
 from schemas.base import C4Model
 from schemas.messages import Collective, Collectives, Diagnosis, Job, Member, Route
@@ -38,21 +37,17 @@ from schemas.records import Rejected, decode_record
 from streams.core.clock import TickClock
 from streams.core.comm import NOT_YET
 from streams.core.engine import Engine
+from streams.core.relay import route
 from streams.core.split import (
     JobShare,
     NodeStage,
     event_time,
-    part_of_row,
-    part_row,
+    share_of_row,
+    share_row,
 )
 from streams.core.spread import apply_barrier, hardware_time, node_stage_of
 from streams.replay import ReplayStats, decoded, kept_lines
 
-_KIND = re.compile(rb'"kind"\s*:\s*"([a-z_]*)"')
-_NODE = re.compile(rb'"node"\s*:\s*"([^"\\]*)"')
-_JOB = re.compile(rb'"job"\s*:\s*"([^"\\]*)"')
-_TS = re.compile(rb'"ts_ns"\s*:\s*(\d{1,19})\b')
-COLLECTIVE_KINDS = (b"collective", b"collectives")
 CHUNK_LINES = 512  # lines a worker gets at once: one pickle and pipe write, not one a line
 AHEAD_BARRIERS = 2  # barriers the reading may be ahead of the job stage
 BARRIER = "barrier"
@@ -61,19 +56,6 @@ MESSAGES = "messages"
 FORGET = "forget"
 RUN = "run"
 STOP = "stop"
-
-
-def route(line: bytes) -> tuple[str, int] | None:
-    """A collective line's routing key (its first node, else its job) and the largest
-    ``ts_ns`` in it; None for any other line (or one without a key: decoded here)."""
-    kind = _KIND.search(line)
-    if kind is None or kind.group(1) not in COLLECTIVE_KINDS:
-        return None
-    key = _NODE.search(line) or _JOB.search(line)
-    if key is None:
-        return None
-    latest = max((int(ts) for ts in _TS.findall(line)), default=NOT_YET)
-    return key.group(1).decode("utf-8", "replace"), latest
 
 
 def node_worker(conn: Connection) -> None:
@@ -110,49 +92,11 @@ def node_worker(conn: Connection) -> None:
             stage.on_run(job, restart)
         elif kind == BARRIER:
             shares, latest = stage.barrier()
-            conn.send((_share_rows(shares), latest, rejections, taken))
+            conn.send(([share_row(share) for share in shares], latest, rejections, taken))
             rejections, taken = [], 0
         else:
             conn.close()
             return
-
-
-def _share_rows(shares: list[JobShare]) -> list[tuple[Any, ...]]:
-    return [
-        (
-            share.job,
-            share.run,
-            share.times,
-            share.seen,
-            share.conns,
-            [part_row(part) for part in share.parts],
-            [part_row(part) for part in share.opens],
-            share.finished,
-            share.agents,
-            share.spans,
-            share.met,
-        )
-        for share in shares
-    ]
-
-
-def _shares_of(rows: list[tuple[Any, ...]]) -> list[JobShare]:
-    return [
-        JobShare(
-            job,
-            run,
-            times,
-            seen,
-            conns,
-            tuple(part_of_row(row) for row in parts),
-            tuple(part_of_row(row) for row in opens),
-            finished,
-            agents,
-            spans,
-            met,
-        )
-        for job, run, times, seen, conns, parts, opens, finished, agents, spans, met in rows
-    ]
 
 
 class SpreadReplay:
@@ -279,7 +223,7 @@ class SpreadReplay:
         latest = NOT_YET
         for conn in self._conns:
             rows, until, rejections, taken = conn.recv()
-            shares.extend(_shares_of(rows))
+            shares.extend(share_of_row(row) for row in rows)
             latest = max(latest, until)
             if stats is not None:
                 stats.messages += taken

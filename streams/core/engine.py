@@ -510,6 +510,14 @@ class Engine:
         if detector is not None and (replaced is None or ts_ns >= replaced):
             detector.on_agent(node, ts_ns)
 
+    def on_barrier(self, shares: list[JobShare], latest_ns: int) -> list[Diagnosis]:
+        """The job stage's side of a barrier: what the node stages handed on, then the
+        clock moved to the latest event time of it (`NOT_YET`: not moved)."""
+        found = self.on_shares(shares) if shares else []
+        if latest_ns != NOT_YET:
+            found.extend(self.advance(latest_ns))
+        return found
+
     def advance(self, now_ns: int) -> list[Diagnosis]:
         """Move the event-time clock forward (never back); run the timers when due."""
         if not self.clock.advance(now_ns):

@@ -38,11 +38,21 @@ def part_row(part: SeqPart) -> tuple[Any, ...]:
     )
 
 
-def part_of_row(row: tuple[Any, ...]) -> SeqPart:
-    """The part a `part_row` holds."""
+def part_of_row(row: tuple[Any, ...] | list[Any]) -> SeqPart:
+    """The part a `part_row` holds (its sequences tuples again, as JSON gives lists)."""
     comm, size, seq, op, nbytes, first_seen, entered, members, enters, ends, inferred = row
     return SeqPart(
-        comm, size, seq, op, nbytes, first_seen, entered, members, enters, ends, inferred
+        comm,
+        size,
+        seq,
+        op,
+        nbytes,
+        first_seen,
+        entered,
+        tuple(members),
+        tuple(enters),
+        tuple(ends),
+        inferred,
     )
 
 
@@ -82,6 +92,7 @@ class _NodeJob:
     # said), and whether a report said it since the barrier.
     run: int = -1
     run_said: bool = False
+    latest_ns: int = NOT_YET  # the latest event time taken since the barrier
 
 
 class NodeStage:
@@ -130,6 +141,8 @@ class NodeStage:
 
     def _take(self, message: Collective, position: int) -> None:
         state = self._job(message.job)
+        if message.ts_ns > state.latest_ns:
+            state.latest_ns = message.ts_ns
         restart = message.restart
         if restart is not None:
             if restart < state.run:
@@ -236,38 +249,89 @@ class NodeStage:
         latest, self.latest_ns = self.latest_ns, NOT_YET
         shares = []
         for job, state in self._jobs.items():
-            parts: list[SeqPart] = []
-            opens: list[SeqPart] = []
-            finished: list[tuple[str, int]] = []
-            for comm_id, comm in state.comms.items():
-                parts.extend(comm.drain())
-                if comm.open:
-                    opens.extend(comm.open_parts())
-                if comm_id in state.touched and comm.finished_ns != NOT_YET:
-                    finished.append((comm_id, comm.finished_ns))
-            if not (state.times or parts or opens or state.agents or state.met):
-                continue
-            shares.append(
-                JobShare(
-                    job,
-                    state.run if state.run_said else None,
-                    tuple(state.times),
-                    tuple(state.seen.values()),
-                    tuple(state.conns),
-                    tuple(parts),
-                    tuple(opens),
-                    tuple(finished),
-                    tuple(state.agents),
-                    tuple(state.spans),
-                    tuple(state.met),
-                )
-            )
-            state.met = []
-            state.times, state.conns, state.agents, state.spans = [], [], [], []
-            state.seen = {}
-            state.touched = set()
-            state.run_said = False
+            share = _handed_on(job, state)
+            if share is not None:
+                shares.append(share)
         return shares, latest
+
+    def barrier_of(self, job: str) -> tuple[JobShare | None, int]:
+        """One job's barrier (the stages on Kafka meet per job): what was taken of it since
+        its last one (None: nothing to hand on), and the latest event time of that."""
+        state = self._jobs.get(job)
+        if state is None:
+            return None, NOT_YET
+        latest = state.latest_ns
+        return _handed_on(job, state), latest
+
+
+def _handed_on(job: str, state: _NodeJob) -> JobShare | None:
+    """What a job's node stage hands on at a barrier; its interval starts again."""
+    state.latest_ns = NOT_YET
+    parts: list[SeqPart] = []
+    opens: list[SeqPart] = []
+    finished: list[tuple[str, int]] = []
+    for comm_id, comm in state.comms.items():
+        parts.extend(comm.drain())
+        if comm.open:
+            opens.extend(comm.open_parts())
+        if comm_id in state.touched and comm.finished_ns != NOT_YET:
+            finished.append((comm_id, comm.finished_ns))
+    if not (state.times or parts or opens or state.agents or state.met):
+        return None
+    share = JobShare(
+        job,
+        state.run if state.run_said else None,
+        tuple(state.times),
+        tuple(state.seen.values()),
+        tuple(state.conns),
+        tuple(parts),
+        tuple(opens),
+        tuple(finished),
+        tuple(state.agents),
+        tuple(state.spans),
+        tuple(state.met),
+    )
+    state.met = []
+    state.times, state.conns, state.agents, state.spans = [], [], [], []
+    state.seen = {}
+    state.touched = set()
+    state.run_said = False
+    return share
+
+
+def share_row(share: JobShare) -> tuple[Any, ...]:
+    """A share as plain data (tuples, numbers, text): what crosses a process boundary."""
+    return (
+        share.job,
+        share.run,
+        share.times,
+        share.seen,
+        share.conns,
+        [part_row(part) for part in share.parts],
+        [part_row(part) for part in share.opens],
+        share.finished,
+        share.agents,
+        share.spans,
+        share.met,
+    )
+
+
+def share_of_row(row: tuple[Any, ...] | list[Any]) -> JobShare:
+    """The share a `share_row` holds."""
+    job, run, times, seen, conns, parts, opens, finished, agents, spans, met = row
+    return JobShare(
+        job,
+        run,
+        times,
+        seen,
+        conns,
+        tuple(part_of_row(each) for each in parts),
+        tuple(part_of_row(each) for each in opens),
+        finished,
+        agents,
+        spans,
+        met,
+    )
 
 
 def event_time(message: Collective | Collectives) -> int:

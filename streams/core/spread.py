@@ -103,9 +103,5 @@ class SpreadDetection:
 
 
 def apply_barrier(engine: Engine, shares: list[JobShare], latest_ns: int) -> list[Diagnosis]:
-    """The job stage's side of a barrier: what the node stages handed on, then the clock
-    moved to the latest event time of it."""
-    found = engine.on_shares(shares) if shares else []
-    if latest_ns != NOT_YET:
-        found.extend(engine.advance(latest_ns))
-    return found
+    """The job stage's side of a barrier (`Engine.on_barrier`)."""
+    return engine.on_barrier(shares, latest_ns)

@@ -34,6 +34,7 @@ from schemas.messages import (
     Member,
     Neighbours,
 )
+from streams.core.split import JobShare
 
 JOB = "job"  # a job's detectors: keyed like its collective, job and member messages
 NODE = "node"  # a node's hardware monitor state: keyed like its link and gpu messages
@@ -113,6 +114,11 @@ class DetectionStage(Protocol):
     def on_progress(self) -> None:
         """The runtime measured again which of its inputs are behind (the stage's
         ``InputProgress``): what waited on that is asked anew at the next message."""
+        ...
+
+    def on_barrier(self, shares: list[JobShare], latest_ns: int) -> list[Diagnosis]:
+        """A barrier of node stages (`streams.core.split`): what they handed on, then the
+        clock moved to the latest event time of it (`NOT_YET`: not moved)."""
         ...
 
     def on_eof(self) -> list[Diagnosis]:

@@ -1,0 +1,259 @@
+"""The stages of one job's detection on Kafka, their records moved by hand: the forwarder,
+node stages per partition and the job stage's gate (`streams.core.relay`) find what one
+detector finds, the same whatever the number of node-stage partitions, with the records
+of the partitions interleaved in any order, shares delivered twice, and node stages
+restarted from their snapshots."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+import pytest
+
+from schemas.base import C4Model
+from schemas.codec import encode
+from schemas.messages import Collective, Collectives, Diagnosis, Job, Member
+from simulator.cluster import build_cluster
+from simulator.run import simulate_cluster
+from simulator.scenario import FAULT_TYPES
+from streams.core.barriers import ShareGate
+from streams.core.engine import Engine
+from streams.core.relay import Forwarder, JobSide, NodeSide, Outgoing, job_of_key
+from streams.core.share_wire import (
+    FORGET,
+    RUN,
+    Mark,
+    ShareRecord,
+    WireError,
+    decode_mark,
+    decode_share,
+    encode_share,
+)
+from streams.core.split import NodeStage
+from tests.unit.suite_cases import suite_case
+
+
+def _partition(key: bytes, partitions: int) -> int:
+    import zlib
+
+    return zlib.crc32(key) % partitions
+
+
+@dataclass
+class _Split:
+    """The stages with their topics as in-memory logs."""
+
+    engine: Engine
+    partitions: int
+    rng: random.Random | None = None  # None: every record handled as soon as it is written
+    redeliver: float = 0.0  # the share of share records delivered twice
+    restart_chance: float = 0.0  # after each record, the chance its node stage's worker dies
+    logs: list[list[tuple[Outgoing, int]]] = field(default_factory=list)
+    read: list[int] = field(default_factory=list)
+    shares: deque[bytes] = field(default_factory=deque)
+    found: list[Diagnosis] = field(default_factory=list)
+    position: int = 0
+    barriers: int = 0
+    restarts: int = 0
+
+    def __post_init__(self) -> None:
+        self.forwarder = Forwarder(self.engine.params.tick_ns, self.partitions)
+        self.nodes = NodeSide()
+        self.job_side = JobSide(self.partitions)
+        self.logs = [[] for _ in range(self.partitions)]
+        self.read = [0] * self.partitions
+        self.saved: dict[tuple[int, str], dict[str, object]] = {}
+        self.committed = [0] * self.partitions  # what each partition's reader committed
+
+    def write(self, outgoing: list[Outgoing], position: int) -> None:
+        for out in outgoing:
+            p = out.partition if out.partition is not None else _partition(out.key, self.partitions)
+            self.logs[p].append((out, position))
+
+    def feed(self, message: C4Model) -> None:
+        if isinstance(message, Collective | Collectives):
+            self.position += 1
+            self.write(self.forwarder.forward(encode(message), message.job), self.position)
+        else:
+            if isinstance(message, Member):
+                self.write(self.forwarder.to_all(Mark(RUN, message.job, message.restart)), 0)
+            if isinstance(message, Job) and message.state == "stopped":
+                self.forwarder.marks.forget(message.job)
+                self.write(self.forwarder.to_all(Mark(FORGET, message.job)), 0)
+            self.found.extend(self.engine.on_message(message))
+        self.pump(everything=self.rng is None)
+
+    def pump(self, everything: bool) -> None:
+        """Handle records: all that wait, or a random few of each log."""
+        rng = self.rng
+        order = list(range(self.partitions))
+        if rng is not None:
+            rng.shuffle(order)
+        for p in order:
+            log = self.logs[p]
+            until = len(log) if everything or rng is None else rng.randint(self.read[p], len(log))
+            while self.read[p] < until:
+                offset = self.read[p]
+                self.read[p] += 1
+                self.handle(p, offset, *log[offset])
+        while self.shares and (everything or rng is None or rng.random() < 0.7):
+            raw = self.shares.popleft()
+            for barrier in self.job_side.on_share(raw):
+                self.found.extend(self.engine.on_barrier(list(barrier.shares), barrier.latest_ns))
+
+    def handle(self, p: int, offset: int, out: Outgoing, position: int) -> None:
+        self.take(p, offset, out, position)
+        if self.rng is not None and self.rng.random() < self.restart_chance:
+            self.restarts += 1
+            self.restart(p)
+
+    def take(self, p: int, offset: int, out: Outgoing, position: int) -> None:
+        if out.partition is None:
+            job = job_of_key(out.key)
+            assert job is not None
+            assert not self.nodes.on_report(p, offset, out.value, job, position)
+            return
+        mark = decode_mark(out.value)
+        record = self.nodes.on_mark(p, offset, mark)
+        if record is None:
+            return
+        self.saved[(p, mark.job)] = self.nodes.snapshot(p, mark.job)
+        self.committed[p] = self.nodes.resume_offset(p, offset + 1)
+        raw = encode_share(record)
+        self.shares.append(raw)
+        if self.rng is not None and self.rng.random() < self.redeliver:
+            self.shares.append(raw)
+        self.barriers += 1
+
+    def restart(self, p: int) -> None:
+        """The worker of partition ``p`` killed: a new one restores every job's snapshot
+        and reads again from its last commit."""
+        self.nodes.revoke(p)
+        for (partition, job), state in self.saved.items():
+            if partition == p:
+                self.nodes.restore(p, job, state)
+        self.read[p] = self.committed[p]
+
+    def run(self, messages: list[C4Model]) -> list[Diagnosis]:
+        for message in messages:
+            self.feed(message)
+        self.pump(everything=True)
+        return self.found + self.engine.on_eof()
+
+
+def _messages(kind: str | None) -> tuple[list[C4Model], object]:
+    scenario = suite_case(kind)
+    cluster = build_cluster(None, scenario)
+    return list(simulate_cluster(cluster, scenario)), cluster.topology
+
+
+def _named(found: list[Diagnosis]) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    """What a finding says: its class, state, job and suspects (not its times or scores)."""
+    return {
+        (d.class_, d.state, d.job or "", tuple(sorted(f"{s.type}:{s.id}" for s in d.suspects)))
+        for d in found
+    }
+
+
+@pytest.mark.parametrize("kind", FAULT_TYPES)
+def test_every_fault_kind_is_named_as_one_detector_names_it(kind: str) -> None:
+    messages, topology = _messages(kind)
+    alone = Engine(topology=topology)  # type: ignore[arg-type]
+    expected = [d for m in messages for d in alone.on_message(m)] + alone.on_eof()
+    assert expected
+    first = None
+    for partitions in (1, 2, 4):
+        split = _Split(Engine(topology=topology), partitions)  # type: ignore[arg-type]
+        found = [encode(d) for d in split.run(messages)]
+        first = first if first is not None else found
+        assert found == first, partitions  # byte for byte, whatever the partitions
+        named = _named([Diagnosis.model_validate_json(raw) for raw in found])
+        assert {n for n in named if n[1] == "firing"} == {
+            n for n in _named(expected) if n[1] == "firing"
+        }, partitions
+
+
+@pytest.mark.parametrize("kind", ["slow_gpu", "link_down", "process_stuck", "node_down"])
+def test_interleaved_partitions_shares_twice_and_restarts_name_the_same(kind: str) -> None:
+    messages, topology = _messages(kind)
+    calm = _named(_Split(Engine(topology=topology), 3).run(messages))  # type: ignore[arg-type]
+    for seed in (1, 2):
+        rough = _Split(
+            Engine(topology=topology),  # type: ignore[arg-type]
+            3,
+            rng=random.Random(seed),
+            redeliver=0.2,
+            restart_chance=0.01,
+        )
+        named = _named(rough.run(messages))
+        firing = {n for n in calm if n[1] == "firing"}
+        assert firing <= named, seed
+        assert rough.job_side.gate.duplicates > 0
+        assert rough.restarts > 0
+
+
+def test_the_gate_waits_for_every_source_and_lets_barriers_through_in_order() -> None:
+    gate = ShareGate(2)
+    assert gate.offer("j", 0, 5, None, 10) == []
+    assert gate.offer("j", 0, 6, None, 20) == []
+    through = gate.offer("j", 1, 6, None, 30)
+    assert [(b.number, b.latest_ns) for b in through] == [(5, 10), (6, 30)]
+    assert gate.offer("j", 1, 6, None, 30) == []  # again: dropped
+    assert gate.duplicates == 1
+    with pytest.raises(ValueError, match="sources 0 to 1"):
+        gate.offer("j", 2, 7, None, 0)
+    restored = ShareGate(1)
+    restored.restore("j", 9)
+    assert restored.offer("j", 0, 9, None, 0) == []
+    assert [b.number for b in restored.offer("j", 0, 10, None, 0)] == [10]
+
+
+def test_a_job_marks_a_barrier_when_its_reports_enter_a_new_tick() -> None:
+    forwarder = Forwarder(tick_ns=100, partitions=3)
+    report = b'{"v":1,"kind":"collective","job":"j","node":"n1","ts_ns":%d}'
+    assert len(forwarder.forward(report % 150, "j")) == 1  # the first: nothing before it
+    assert len(forwarder.forward(report % 199, "j")) == 1
+    marked = forwarder.forward(report % 205, "j")
+    assert [o.partition for o in marked] == [0, 1, 2, None]
+    assert decode_mark(marked[0].value).number == 2
+    assert job_of_key(marked[-1].key) == "j"
+    other = forwarder.forward(b'{"kind":"link","node":"x"}', "k")  # not a report: decoded on
+    assert [o.partition for o in other] == [None] and job_of_key(other[0].key) == "k"
+
+
+def test_a_node_stage_rejects_what_its_text_misnamed_and_what_does_not_decode() -> None:
+    nodes = NodeSide()
+    bad = nodes.on_report(0, 0, b'{"v":1,"kind":"collective"', "j", 1)
+    assert len(bad) == 1 and bad[0].rejection.code.value == "invalid_json"
+    messages, _ = _messages("slow_gpu")
+    report = next(m for m in messages if isinstance(m, Collective | Collectives))
+    misnamed = nodes.on_report(0, 1, encode(report), "other-job", 2)
+    assert [r.rejection.code.value for r in misnamed] == ["inconsistent"]
+    assert nodes.on_report(0, 2, encode(report), report.job, 3) == []
+
+
+def test_records_of_the_stages_that_are_not_theirs_are_wire_errors() -> None:
+    for raw in (b"", b"{}", b'{"v":1,"mark":"explode","job":"j","n":1}', b'{"v":2}'):
+        with pytest.raises(WireError):
+            decode_mark(raw)
+    for raw in (b"", b"not zlib", encode_share(ShareRecord("j", 0, 1, 0, None))[:-3]):
+        with pytest.raises(WireError):
+            decode_share(raw)
+    side = JobSide(2)
+    with pytest.raises(WireError, match="source 5"):
+        side.on_share(encode_share(ShareRecord("j", 5, 1, 0, None)))
+
+
+def test_a_share_crosses_the_wire_unchanged() -> None:
+    messages, _ = _messages("slow_gpu")
+    stage = NodeStage()
+    for position, message in enumerate(messages):
+        if isinstance(message, Collective | Collectives):
+            stage.on_message(message, position)
+    job = stage.jobs()[0]
+    share, latest = stage.barrier_of(job)
+    assert share is not None
+    record = decode_share(encode_share(ShareRecord(job, 1, 7, latest, share)))
+    assert record == ShareRecord(job, 1, 7, latest, share)
