@@ -21,6 +21,7 @@ worker takes only the node-keyed work (link and GPU reports) off the job's worke
 job CPU column says how much of the work stays with it (issue 34, part 2).
 
     python bench/bench_live_job.py [--ranks 1024,4096] [--workers 1,2] [--baseline REF]
+        [--split] [--no-single]
 """
 
 from __future__ import annotations
@@ -124,12 +125,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def drain(tree: Path, job: Simulated, work: Path, workers: int) -> Drained:
+def drain(tree: Path, job: Simulated, work: Path, workers: int, split: bool = False) -> Drained:
     """``workers`` workers of ``tree`` in one group on fresh topics; once each holds its
     partitions, the job is produced and drained. Their rate over the steady part, the
     largest one's peak memory, and the share of their CPU time the job's worker took."""
     prefix = f"bench.live.{uuid.uuid4().hex[:6]}."
-    ports, processes = start_workers(tree, prefix, "bench-live", workers, work)
+    ports, processes = start_workers(tree, prefix, "bench-live", workers, work, split)
     name = 'c4_stream_operations_total{training_job="job-dp"}'
     marks: list[tuple[float, float, list[float], list[float]]] = []
     try:
@@ -165,13 +166,16 @@ def drain(tree: Path, job: Simulated, work: Path, workers: int) -> Drained:
 
 
 def start_workers(
-    tree: Path, prefix: str, group: str, workers: int, work: Path
+    tree: Path, prefix: str, group: str, workers: int, work: Path, split: bool = False
 ) -> tuple[list[int], list[subprocess.Popen[bytes]]]:
     """Fresh topics under ``prefix``, then ``workers`` workers of ``tree`` in one new group
-    on them (their logs in ``work``): each one's metrics port and process."""
+    on them (their logs in ``work``; ``split``: one job spread over them): each one's
+    metrics port and process."""
     env = dict(
         os.environ, PYTHONPATH=str(tree), C4_TOPIC_PREFIX=prefix, C4_KAFKA_BOOTSTRAP=BOOTSTRAP
     )
+    if split:
+        env["C4_STREAMS_SPLIT"] = "1"
     subprocess.run(  # noqa: S603 -- our own command
         [sys.executable, "-m", "c4.cli", "topics", "create", "--retention-ms", "3600000"],
         env=env,
@@ -232,6 +236,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", default="1,2", help="worker counts to drain with")
     parser.add_argument("--baseline", default=None, help="commit to compare against")
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="the batched job also drained by split workers (one job over the workers)",
+    )
+    parser.add_argument("--no-single", action="store_true", help="skip the unbatched job")
     args = parser.parse_args()
     sizes = [int(size) for size in args.ranks.split(",")]
     counts = [int(count) for count in args.workers.split(",")]
@@ -254,17 +264,22 @@ def main() -> int:
     )
     for ranks in sizes:
         batched = simulate_job(work, ranks, args.duration_s, node_batches=True)
-        single = simulate_job(work, ranks, args.duration_s, node_batches=False)
-        plan = [("this tree", REPO, batched, count) for count in counts]
-        plan.append(("this tree", REPO, single, 1))
+        plan = [("this tree", REPO, batched, count, False) for count in counts]
+        if args.split:
+            plan.extend(("this tree split", REPO, batched, count, True) for count in counts)
+        single = None
+        if not args.no_single:
+            single = simulate_job(work, ranks, args.duration_s, node_batches=False)
+            plan.append(("this tree", REPO, single, 1, False))
         if baseline is not None:
-            plan.append((f"baseline {args.baseline}", baseline, single, 1))
+            if single is not None:
+                plan.append((f"baseline {args.baseline}", baseline, single, 1, False))
             if _knows_node_batches(baseline):
-                plan.append((f"baseline {args.baseline}", baseline, batched, 1))
-        for label, tree, job, workers in plan:
+                plan.append((f"baseline {args.baseline}", baseline, batched, 1, False))
+        for label, tree, job, workers, split in plan:
             offered = job.operations / job.event_s
             per_rank = offered / ranks
-            runs = [drain(tree, job, work, workers) for _ in range(args.repeats)]
+            runs = [drain(tree, job, work, workers, split) for _ in range(args.repeats)]
             rate = statistics.median(run.ops_per_s for run in runs)
             seconds = statistics.median(run.seconds for run in runs)
             peak = statistics.median(run.peak_mib for run in runs)

@@ -31,6 +31,7 @@ def options_of(args: argparse.Namespace, environ: Mapping[str, str]) -> StreamsO
         "snapshot_interval_s": args.snapshot_interval,
         "session_timeout_s": args.session_timeout,
         "metrics_port": args.metrics_port,
+        "split": args.split,
     }
     return dataclasses.replace(
         options_from_env(environ),
@@ -106,6 +107,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument(
         "--params",
         help='detector parameters: {"defaults": {}, "jobs": {}} (env C4_STREAMS_PARAMS)',
+    )
+    worker.add_argument(
+        "--split",
+        action="store_true",
+        default=None,
+        help="spread each job's detection over the workers: node stages on an internal"
+        " topic keyed by job and node, the job stage fed their shares (env C4_STREAMS_SPLIT=1)",
     )
     worker.add_argument(
         "--snapshot-interval",

@@ -41,6 +41,7 @@ class StreamsOptions:
     web_port: int | None = None
     web_bind: str = "127.0.0.1"
     metrics_port: int = DEFAULT_METRICS_PORT
+    split: bool = False  # one job's detection spread over the workers (`streams.split_app`)
 
 
 def faust_broker_url(bootstrap: str) -> str:
@@ -51,9 +52,10 @@ def faust_broker_url(bootstrap: str) -> str:
 
 def options_from_env(environ: Mapping[str, str]) -> StreamsOptions:
     """The streams options of the environment: ``C4_STREAMS_APP_ID`` (unset: the deployment's),
-    ``_TOPOLOGY``, ``_PARAMS``, ``_CLOCK_RATE``, ``_SNAPSHOT_INTERVAL``, ``_SESSION_TIMEOUT``
-    and ``_METRICS_PORT`` (0: off). ``c4 streams worker``'s options win over them; under
-    ``faust -A c4.faust_app`` Faust's own options set its web server."""
+    ``_TOPOLOGY``, ``_PARAMS``, ``_CLOCK_RATE``, ``_SNAPSHOT_INTERVAL``, ``_SESSION_TIMEOUT``,
+    ``_METRICS_PORT`` (0: off) and ``_SPLIT`` (1: one job spread over the workers).
+    ``c4 streams worker``'s options win over them; under ``faust -A c4.faust_app`` Faust's
+    own options set its web server."""
 
     def number(name: str, default: float, low: float, high: float) -> float:
         text = environ.get(name)
@@ -76,6 +78,7 @@ def options_from_env(environ: Mapping[str, str]) -> StreamsOptions:
         snapshot_interval_s=number("C4_STREAMS_SNAPSHOT_INTERVAL", 1.0, 0.01, 3600),
         session_timeout_s=number("C4_STREAMS_SESSION_TIMEOUT", DEFAULT_SESSION_TIMEOUT_S, 6, 1800),
         metrics_port=int(number("C4_STREAMS_METRICS_PORT", DEFAULT_METRICS_PORT, 0, 65535)),
+        split=bool(number("C4_STREAMS_SPLIT", 0, 0, 1)),
     )
 
 
@@ -121,5 +124,6 @@ def build_streams_worker(settings: Settings, options: StreamsOptions) -> Detecti
         web_port=options.web_port,
         web_bind=options.web_bind,
         app_settings=app_settings,
+        split=options.split,
     )
     return create_detection_app(config)

@@ -47,6 +47,7 @@ from streams.intake_app import INPUT_TOPICS, create_app
 from streams.live import InputLag, LiveDetection
 from streams.metrics import StreamMetrics
 from streams.shared import TableFacts
+from streams.split_app import SplitStages
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,9 @@ class DetectionConfig:
     web_port: int | None = None
     web_bind: str = "127.0.0.1"
     app_settings: Mapping[str, Any] = field(default_factory=dict)
+    # One job's detection spread over the workers (`streams.split_app`): node stages on an
+    # internal topic keyed by job and node, the job stage fed their shares.
+    split: bool = False
 
 
 def partition_of(key: str | bytes, partitions: int) -> int:
@@ -211,7 +215,8 @@ class DetectionFlow:
         # The job topic's partitions owned elsewhere whose placements the facts lacked at
         # the timer's last measurement (asked of the broker: only there); None before one.
         self._placements_elsewhere: set[int] | None = None
-        self.app = _app(config, topics, self.feed_record, metrics)
+        self.split: SplitStages | None = None
+        self.app = _app(config, topics, self.feed_record, metrics, self._forward)
         tables = StateTables.create(self.app, config.partitions)
         self.facts = TableFacts(tables.shared)
         self.stage = Engine(
@@ -233,6 +238,18 @@ class DetectionFlow:
             self.stage, clock_rate=config.clock_rate, metrics=metrics, store=store
         )
         self.hub = FabricHub(config.topology, config.params.tick_ns, config.params)
+        if config.split:
+            self.split = SplitStages(
+                self.app,
+                app_id=config.app_id,
+                partitions=config.partitions,
+                tick_ns=config.params.tick_ns,
+                collective_topic=topics.names["collective"],
+                deadletter_topic=topics.names["deadletter"],
+                live=self.live,
+                publish=self._send,
+                metrics=metrics,
+            )
         self._diagnoses = self.app.topic(
             topics.names["diagnosis"],
             key_serializer="raw",
@@ -257,6 +274,13 @@ class DetectionFlow:
         self.app.agent(self._fabric_paths, name=f"{config.app_id}.fabric")(self.correlate)
         self.app.timer(interval=config.tick_s)(self.tick)
         self.app.on_partitions_revoked.connect(self.forget)
+
+    async def _forward(self, stream: Any) -> None:
+        """The collective topic's agent when split: the forwarder of `SplitStages`."""
+        if self.split is None:
+            message = "the forwarder runs only in a split worker"
+            raise RuntimeError(message)
+        await self.split.forward(stream)
 
     def owns(self, key: StateKey) -> bool:
         """Whether this worker holds the partition of a job or a node now."""
@@ -301,6 +325,8 @@ class DetectionFlow:
             except Exception as error:  # noqa: BLE001 - one bad message must not stop the rest
                 log.exception("sharing the facts of a message keyed %s failed", key)
                 failed.append((index, error))
+        if self.split is not None:
+            await self.split.on_facts(m for i, m in enumerate(messages) if i not in gone)
         await self._send(taken.found)
         return sorted(failed, key=lambda entry: entry[0])
 
@@ -371,6 +397,8 @@ class DetectionFlow:
             gone = topics.revoked_of(revoked, topic)
             held = self.stage.keys(kind)
             self.live.on_revoked([key for key in held if topics.partition(key.id) in gone])
+        if self.split is not None:
+            self.split.revoked(revoked, topics.partition)
         if any(tp.topic == topics.fabric_paths for tp in revoked):
             self._fabric.revoke()
         self.export_findings()  # not one scrape more of what the next owner exports now
@@ -381,9 +409,10 @@ def _app(
     topics: WorkerTopics,
     feed: Callable[[str | None, list[C4Model]], Awaitable[list[tuple[int, Exception]]]],
     metrics: StreamMetrics,
+    forward: Callable[[Any], Awaitable[None]],
 ) -> faust.App:
     """The Faust app of a worker: decoding agents that hand every input record's messages
-    to ``feed``."""
+    to ``feed`` (split: the collective topic's records to ``forward``, undecoded)."""
     return create_app(
         config.app_id,
         config.broker,
@@ -395,6 +424,7 @@ def _app(
         ).inc(),
         web_port=config.web_port,
         web_bind=config.web_bind,
+        raw_agents={"collective": forward} if config.split else None,
         broker_config={
             "Table": KeyPartitionedTable,
             "GlobalTable": KeyPartitionedGlobalTable,

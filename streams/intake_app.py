@@ -51,13 +51,15 @@ def create_app(
     web_bind: str = "127.0.0.1",
     broker_config: Mapping[str, Any] | None = None,
     on_reject: Callable[[str, Rejection], None] | None = None,
+    raw_agents: Mapping[str, Callable[[Any], Awaitable[None]]] | None = None,
 ) -> faust.App:
     """A Faust app with one decoding agent per input kind.
 
     ``topic_names`` renames topics by kind (tests use unique names); ``handlers`` says what
     to do with each decoded kind, message by message; ``record_handlers`` (where given, in
-    place of the handler) with a record's messages at once; ``web_port`` None disables
-    Faust's web server.
+    place of the handler) with a record's messages at once; ``raw_agents`` (where given, in
+    place of both) the agent of a kind's topic itself, its records undecoded; ``web_port``
+    None disables Faust's web server.
     """
     names = {topic.kind: topic.name for topic in (*INPUT_TOPICS, DEADLETTER, DIAGNOSIS)}
     names.update(topic_names or {})
@@ -82,7 +84,7 @@ def create_app(
             names[topic.kind], key_serializer="raw", value_serializer="raw", partitions=partitions
         )
         by_record = (record_handlers or {}).get(topic.kind)
-        agent = (
+        agent = (raw_agents or {}).get(topic.kind) or (
             _decoding_agent(names[topic.kind], topic.kind, handler, deadletters, on_reject)
             if by_record is None
             else record_agent(names[topic.kind], topic.kind, by_record, deadletters, on_reject)

@@ -12,6 +12,7 @@ from typing import Any
 from schemas.base import C4Model
 from schemas.messages import Collective, Diagnosis, Gpu, Job, Link
 from streams.core.engine import DATA_KINDS
+from streams.core.split import JobShare
 from streams.core.stage import JOB, DetectionStage, StateKey
 from streams.durable import SnapshotStore
 from streams.metrics import StreamMetrics
@@ -267,6 +268,27 @@ class LiveDetection:
             if store is not None:
                 store.after_message(stage, found)
         return RecordTaken(found, failed)
+
+    def on_barrier(self, job: str, shares: list[JobShare], latest_ns: int) -> list[Diagnosis]:
+        """A barrier of the stages on Kafka let through for ``job`` (`streams.split_app`):
+        the job's key restored first if this worker just got it, what the node stages
+        handed on taken, its state saved if a finding changed."""
+        stage, store = self._stage, self.store
+        key = StateKey(JOB, job)
+        if store is not None:
+            store.before_message(stage, key)
+        began = time.perf_counter()
+        found = stage.on_barrier(shares, latest_ns)
+        reports = sum(len(share.times) for share in shares)
+        if reports:
+            operations = sum(len(row[3]) for share in shares for row in share.spans)
+            self._count({"collective": reports}, {job: operations}, max(latest_ns, 0))
+        self.metrics.processing.observe(time.perf_counter() - began)
+        if found:
+            self._observe(found)
+            if store is not None:
+                store.after_message(stage, found)
+        return found
 
     def _admitted_at(self, message: C4Model) -> int | None:
         """The event time a message moves the clock to (0: a fact, which never does); None

@@ -136,6 +136,10 @@ class ShareGate:
         """The job's state went (revoked, stopped): nothing of it waits here any more."""
         self._jobs.pop(job, None)
 
+    def jobs(self) -> list[str]:
+        """The jobs the gate holds."""
+        return list(self._jobs)
+
     def waiting(self, job: str) -> int:
         """How many barriers of ``job`` wait for a source."""
         gated = self._jobs.get(job)

@@ -34,6 +34,7 @@ worker = create_detection_app(
         tick_s=0.2,
         snapshot_interval_s=0.5,
         topology=topology,
+        split=os.environ.get("C4_TEST_SPLIT") == "1",
         app_settings={
             "datadir": os.environ.get("C4_TEST_DATADIR") or tempfile.mkdtemp(),
             # A killed member holds its partitions until its session times out: short here.

@@ -114,9 +114,11 @@ def live_findings(
     workers: int,
     partitions: int,
     speed: float,
+    extra_env: dict[str, str] | None = None,
 ) -> list[Any]:
     prefix = f"test.{unique}"
     env = topic_env(bootstrap, prefix, f"test-{unique}", partitions)
+    env.update(extra_env or {})
     topology = tmp_path / "topology.json"
     topology.write_bytes(run.topology_json())
     env["C4_TEST_TOPOLOGY"] = str(topology)

@@ -139,6 +139,11 @@ def test_streams_worker_options_read_the_environment_and_options_win() -> None:
     assert given_options.snapshot_interval_s == 0.5
     # Nothing set: the app id is the deployment's, chosen when the worker is built.
     assert options_of(_streams_args(), {}) == StreamsOptions(web_port=6066)
+    assert not given_options.split
+    assert options_of(_streams_args("--split"), {}).split
+    assert options_of(_streams_args(), {"C4_STREAMS_SPLIT": "1"}).split
+    with pytest.raises(StreamsOptionsError, match="C4_STREAMS_SPLIT"):
+        options_of(_streams_args(), {"C4_STREAMS_SPLIT": "2"})
 
 
 def test_streams_worker_refuses_a_bad_variable_with_exit_2() -> None:

@@ -1,0 +1,300 @@
+"""One job's detection spread over workers on Kafka (issue 34): the three agents and two
+internal topics a detection worker runs with ``--split``.
+
+- The collective topic's agent forwards each record, undecoded, to
+  ``<app>-node-reports`` keyed by its job and node, with barrier marks into every partition
+  of it (`streams.core.relay.Forwarder`); a record's offset in the job's partition goes with
+  it (the ``c4-at`` header), so the job stage meets the groups in one order however the
+  reports were spread.
+- The ``<app>-node-reports`` agent is the node stages, one per partition
+  (`streams.core.relay.NodeSide`): it decodes, dead-letters and takes the reports; at a
+  barrier mark it sends the job's share to ``<app>-job-shares`` (keyed by job, so it reaches
+  the worker holding the job's state) and writes the job's node-stage snapshot and the
+  partition's resume offset to the ``node-stage`` table. A worker that takes a partition
+  over (a restart, a rebalance) restores every job's snapshot of it and reads the partition
+  again from its resume offset: the reports no snapshot held are taken again, those one held
+  are skipped, so nothing is lost or counted twice.
+- The ``<app>-job-shares`` agent is the job stage's gate (`streams.core.relay.JobSide`):
+  a barrier once every node-stage partition passed it, to the engine through the live
+  runtime (`streams.live.LiveDetection.on_barrier`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import faust
+import orjson
+from faust.types import TP, TableT
+
+from schemas.codec import RejectCode, Rejection
+from schemas.messages import Diagnosis, Job, Member
+from streams.core.relay import Forwarder, JobSide, NodeSide, job_of_key
+from streams.core.share_wire import (
+    FORGET,
+    MARK_HEADER,
+    RUN,
+    Mark,
+    WireError,
+    decode_mark,
+    encode_share,
+)
+from streams.core.snapshot import SnapshotError, is_part_key, read_snapshot, write_snapshot
+from streams.intake import key_text, send_dead_letter
+from streams.live import LiveDetection
+from streams.metrics import StreamMetrics
+
+log = logging.getLogger(__name__)
+
+POSITION_HEADER = "c4-at"  # a forwarded report's offset in its job's collective partition
+# A barrier's share of a large job carries each report's operations: more than Kafka's
+# default 1 MiB a record, compressed, at thousands of ranks.
+MAX_SHARE_BYTES = 64 * 1024 * 1024
+RESUME = b"#resume"
+
+
+def stage_key(partition: int, job: str) -> bytes:
+    """The ``node-stage`` table's key of a job's snapshot in one partition's node stage."""
+    return b"@%d:" % partition + job.encode()
+
+
+def resume_key(partition: int) -> bytes:
+    """The ``node-stage`` table's key of a partition's resume offset."""
+    return b"@%d" % partition + RESUME
+
+
+def partition_of_stage_key(key: bytes) -> int | None:
+    """The partition a ``node-stage`` key names (None: not such a key)."""
+    if not key.startswith(b"@"):
+        return None
+    digits = key[1:].split(b":", 1)[0].split(b"#", 1)[0]
+    return int(digits) if digits.isdigit() else None
+
+
+class NodeStageTable(faust.Table):  # type: ignore[type-arg]
+    """A table whose keys name their partition: the node-reports partition they are of."""
+
+    def partition_for_key(self, key: Any) -> int:
+        partition = partition_of_stage_key(bytes(key))
+        return 0 if partition is None else partition
+
+
+Publish = Callable[[list[Diagnosis]], Awaitable[None]]
+
+
+class SplitStages:
+    """The forwarder, node stages and job stage of one worker (see the module's text)."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        *,
+        app_id: str,
+        partitions: int,
+        tick_ns: int,
+        collective_topic: str,
+        deadletter_topic: str,
+        live: LiveDetection,
+        publish: Publish,
+        metrics: StreamMetrics,
+    ) -> None:
+        self.app = app
+        self.partitions = partitions
+        self.collective_topic = collective_topic
+        self.live = live
+        self._publish = publish
+        self.metrics = metrics
+        self.forwarder = Forwarder(tick_ns, partitions)
+        self.nodes = NodeSide()
+        self.job_side = JobSide(partitions)
+        raw: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
+        self.node_reports = app.topic(
+            f"{app_id}-node-reports", partitions=partitions, internal=True, **raw
+        )
+        self.job_shares = app.topic(
+            f"{app_id}-job-shares",
+            partitions=partitions,
+            internal=True,
+            config={"max.message.bytes": str(MAX_SHARE_BYTES)},
+            **raw,
+        )
+        self._deadletters = app.topic(deadletter_topic, partitions=partitions, **raw)
+        self.table: TableT[bytes, bytes] = app.tables.add(  # type: ignore[assignment]
+            NodeStageTable(
+                app,
+                name="node-stage",
+                beacon=app.tables.beacon,
+                partitions=partitions,
+                key_type=bytes,
+                value_type=bytes,
+            )
+        )
+        # node-reports partitions taken over here (their jobs restored), and those read
+        # again from their resume offset until it comes
+        self._ready: set[int] = set()
+        self._seeking: dict[int, int] = {}
+        app.agent(self.node_reports, name=f"{app_id}.node-stage")(self.node_stage)
+        app.agent(self.job_shares, name=f"{app_id}.job-stage")(self.job_stage)
+
+    async def forward(self, stream: Any) -> None:
+        """The collective topic's agent: every record on to the node stages."""
+        async for event in stream.events():
+            value = event.value
+            raw = bytes(value) if isinstance(value, bytes | bytearray) else str(value).encode()
+            key = key_text(event.key) or ""
+            at = str(event.message.offset).encode()
+            for out in self.forwarder.forward(raw, key):
+                if out.partition is None:
+                    await self.node_reports.send(
+                        key=out.key, value=out.value, headers={POSITION_HEADER: at}
+                    )
+                else:
+                    await self.node_reports.send(
+                        key=out.key,
+                        value=out.value,
+                        partition=out.partition,
+                        headers={MARK_HEADER: b"1"},
+                    )
+
+    async def on_facts(self, messages: Iterable[Any]) -> None:
+        """Facts of the job topic the node stages must know: a run that starts (its member
+        reports), a job that stopped."""
+        for message in messages:
+            if isinstance(message, Member):
+                await self._mark_all(Mark(RUN, message.job, message.restart))
+            elif isinstance(message, Job) and message.state == "stopped":
+                self.forwarder.marks.forget(message.job)
+                await self._mark_all(Mark(FORGET, message.job))
+
+    async def _mark_all(self, mark: Mark) -> None:
+        for out in self.forwarder.to_all(mark):
+            await self.node_reports.send(
+                key=out.key, value=out.value, partition=out.partition, headers={MARK_HEADER: b"1"}
+            )
+
+    async def node_stage(self, stream: Any) -> None:
+        """The ``node-reports`` agent: the node stages of this worker's partitions."""
+        async for event in stream.events():
+            message = event.message
+            partition, offset = message.partition, message.offset
+            if partition not in self._ready:
+                self._ready.add(partition)
+                resume = self._take_over(partition)
+                if resume is not None and offset > resume:
+                    # What no snapshot holds comes again from the resume offset.
+                    await self.app.consumer.seek(message.tp, resume)
+                    self._seeking[partition] = resume
+                    continue
+            seeking = self._seeking.get(partition)
+            if seeking is not None:
+                if offset != seeking:
+                    continue  # fetched before the seek
+                del self._seeking[partition]
+            headers = dict(message.headers or ())
+            value = event.value
+            raw = bytes(value) if isinstance(value, bytes | bytearray) else str(value).encode()
+            try:
+                if MARK_HEADER in headers:
+                    await self._on_mark(partition, offset, raw)
+                else:
+                    await self._on_report(partition, offset, event.key, raw, headers)
+            except Exception:  # noqa: BLE001 - one bad record must not stop the stage
+                log.exception("node stage %d failed on the record at %d", partition, offset)
+
+    async def _on_report(
+        self, partition: int, offset: int, key: Any, raw: bytes, headers: dict[str, Any]
+    ) -> None:
+        job = job_of_key(bytes(key or b""))
+        position_text = headers.get(POSITION_HEADER, b"")
+        position = bytes(position_text).decode() if position_text else ""
+        if job is None or not position.isdigit():
+            log.warning("node stage %d: a record at %d not forwarded by c4", partition, offset)
+            return
+        for rejected in self.nodes.on_report(partition, offset, raw, job, int(position)):
+            self.metrics.rejected.labels(self.collective_topic, rejected.rejection.code.value).inc()
+            await send_dead_letter(
+                self._deadletters,
+                self.collective_topic,
+                job,
+                rejected.payload,
+                rejected.rejection,
+            )
+
+    async def _on_mark(self, partition: int, offset: int, raw: bytes) -> None:
+        try:
+            mark = decode_mark(raw)
+        except WireError as error:
+            log.warning("node stage %d: %s", partition, error)
+            return
+        record = self.nodes.on_mark(partition, offset, mark)
+        if record is None:
+            return
+        await self.job_shares.send(key=record.job.encode(), value=encode_share(record))
+        write_snapshot(
+            self.table, stage_key(partition, record.job), self.nodes.snapshot(partition, record.job)
+        )
+        resume = self.nodes.resume_offset(partition, offset + 1)
+        self.table[resume_key(partition)] = orjson.dumps(resume)
+
+    def _take_over(self, partition: int) -> int | None:
+        """Restore the jobs a partition's table holds; its resume offset (None: none)."""
+        resume: int | None = None
+        for key in list(self.table.keys()):
+            if is_part_key(key) or partition_of_stage_key(key) != partition:
+                continue
+            try:
+                if key.endswith(RESUME):
+                    resume = int(orjson.loads(self.table[key]))
+                    continue
+                job = key.split(b":", 1)[1].decode()
+                state = read_snapshot(self.table, key)
+                if state is not None:
+                    self.nodes.restore(partition, job, state)
+            except (SnapshotError, KeyError, TypeError, ValueError) as error:
+                log.warning("node stage %d: snapshot %r unreadable: %s", partition, key, error)
+        if resume is not None:
+            log.info("node stage %d taken over: reading again from %d", partition, resume)
+        return resume
+
+    async def job_stage(self, stream: Any) -> None:
+        """The ``job-shares`` agent: barriers let through to the job stage."""
+        async for event in stream.events():
+            value = event.value
+            raw = bytes(value) if isinstance(value, bytes | bytearray) else str(value).encode()
+            try:
+                barriers = self.job_side.on_share(raw)
+            except WireError as error:
+                log.warning("job stage: %s", error)
+                failure = Rejection(RejectCode.PROCESSING_FAILED, "", str(error))
+                await send_dead_letter(
+                    self._deadletters, str(self.job_shares.get_topic_name()), None, raw, failure
+                )
+                continue
+            for barrier in barriers:
+                try:
+                    found = self.live.on_barrier(
+                        barrier.job, list(barrier.shares), barrier.latest_ns
+                    )
+                except Exception:  # noqa: BLE001 - one barrier must not stop the stage
+                    log.exception(
+                        "job stage failed on barrier %d of %s", barrier.number, barrier.job
+                    )
+                    continue
+                if found:
+                    await self._publish(found)
+
+    def revoked(self, revoked: Iterable[TP], partition_of: Callable[[str], int]) -> None:
+        """Partitions went to another worker: their node stages and gated jobs with them."""
+        reports = self.node_reports.get_topic_name()
+        shares = self.job_shares.get_topic_name()
+        for tp in revoked:
+            if tp.topic == reports:
+                self.nodes.revoke(tp.partition)
+                self._ready.discard(tp.partition)
+                self._seeking.pop(tp.partition, None)
+            elif tp.topic == shares:
+                for job in self.job_side.gate.jobs():
+                    if partition_of(job) == tp.partition:
+                        self.job_side.gate.forget(job)
