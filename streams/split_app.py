@@ -190,7 +190,11 @@ class SplitStages:
             seeking = self._seeking.get(partition)
             if seeking is not None:
                 if offset != seeking:
-                    continue  # fetched before the seek
+                    # Fetched before the seek. Faust drops records below the latest offset
+                    # it handed on, and it went on handing these on: seek again, so that
+                    # the records from the resume offset are not dropped when they come.
+                    await self.app.consumer.seek(message.tp, seeking)
+                    continue
                 del self._seeking[partition]
             headers = dict(message.headers or ())
             value = event.value
