@@ -249,6 +249,7 @@ class DetectionFlow:
                 live=self.live,
                 publish=self._send,
                 metrics=metrics,
+                forwarded=self._forwarded,
             )
         self._diagnoses = self.app.topic(
             topics.names["diagnosis"],
@@ -274,6 +275,12 @@ class DetectionFlow:
         self.app.agent(self._fabric_paths, name=f"{config.app_id}.fabric")(self.correlate)
         self.app.timer(interval=config.tick_s)(self.tick)
         self.app.on_partitions_revoked.connect(self.forget)
+
+    def _forwarded(self, tp: TP, offset: int, event_ns: int) -> None:
+        """A collective record forwarded to the node stages (split): read, for the lag."""
+        self.lag.record(tp, offset, "collective", max(event_ns, 0))
+        if self.lag.stale:
+            self.remeasure()
 
     async def _forward(self, stream: Any) -> None:
         """The collective topic's agent when split: the forwarder of `SplitStages`."""
@@ -368,6 +375,8 @@ class DetectionFlow:
         )
         if elsewhere is not None:
             self._placements_elsewhere = elsewhere
+        if self.split is not None:
+            await self.split.on_timer()
         found = self.live.on_timer()
         await self.publish(found)
         self.export_findings()  # also what a takeover restored, a revocation dropped

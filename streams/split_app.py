@@ -22,6 +22,7 @@ internal topics a detection worker runs with ``--split``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -53,6 +54,9 @@ POSITION_HEADER = "c4-at"  # a forwarded report's offset in its job's collective
 # default 1 MiB a record, compressed, at thousands of ranks.
 MAX_SHARE_BYTES = 64 * 1024 * 1024
 RESUME = b"#resume"
+# Wall seconds without a report of a job before the forwarder marks a barrier on its own:
+# longer than the gaps between a live job's reports are, shorter than a hang's threshold.
+SILENT_AFTER_S = 0.5
 
 
 def stage_key(partition: int, job: str) -> bytes:
@@ -99,6 +103,7 @@ class SplitStages:
         live: LiveDetection,
         publish: Publish,
         metrics: StreamMetrics,
+        forwarded: Callable[[Any, int, int], None] = lambda _tp, _offset, _ns: None,
     ) -> None:
         self.app = app
         self.partitions = partitions
@@ -106,6 +111,7 @@ class SplitStages:
         self.live = live
         self._publish = publish
         self.metrics = metrics
+        self._forwarded = forwarded  # (topic partition, offset, event time) of each record
         self.forwarder = Forwarder(tick_ns, partitions)
         self.nodes = NodeSide()
         self.job_side = JobSide(partitions)
@@ -145,7 +151,11 @@ class SplitStages:
             raw = bytes(value) if isinstance(value, bytes | bytearray) else str(value).encode()
             key = key_text(event.key) or ""
             at = str(event.message.offset).encode()
-            for out in self.forwarder.forward(raw, key):
+            outgoing = self.forwarder.forward(raw, key, time.monotonic())
+            # The record counts as read for the input's progress (`streams.live.InputLag`):
+            # the job stage's conclusions wait on the collective partitions that lag.
+            self._forwarded(event.message.tp, event.message.offset, self.forwarder.event_ns)
+            for out in outgoing:
                 if out.partition is None:
                     await self.node_reports.send(
                         key=out.key, value=out.value, headers={POSITION_HEADER: at}
@@ -165,8 +175,16 @@ class SplitStages:
             if isinstance(message, Member):
                 await self._mark_all(Mark(RUN, message.job, message.restart))
             elif isinstance(message, Job) and message.state == "stopped":
-                self.forwarder.marks.forget(message.job)
+                self.forwarder.forget(message.job)
                 await self._mark_all(Mark(FORGET, message.job))
+
+    async def on_timer(self) -> None:
+        """The worker's timer: a barrier for each job whose reports went silent, so that
+        what the node stages took of them reaches the job stage without a next report."""
+        for out in self.forwarder.silent(time.monotonic(), SILENT_AFTER_S):
+            await self.node_reports.send(
+                key=out.key, value=out.value, partition=out.partition, headers={MARK_HEADER: b"1"}
+            )
 
     async def _mark_all(self, mark: Mark) -> None:
         for out in self.forwarder.to_all(mark):

@@ -56,6 +56,16 @@ class BarrierMarks:
         self._marked[job] = barrier
         return barrier
 
+    def next(self, job: str) -> int | None:
+        """The barrier to mark after ``job``'s reports went silent (None: none marked yet):
+        the one after the latest. Its number is no tick, so a report of that tick comes in
+        the barrier after it; numbers only have to grow."""
+        marked = self._marked.get(job)
+        if marked is None:
+            return None
+        self._marked[job] = marked + 1
+        return marked + 1
+
     def forget(self, job: str) -> None:
         """The job stopped: its next report starts its barriers again."""
         self._marked.pop(job, None)

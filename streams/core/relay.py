@@ -102,11 +102,18 @@ class Forwarder:
     def __init__(self, tick_ns: int, partitions: int) -> None:
         self.marks = BarrierMarks(tick_ns)
         self.partitions = partitions
+        # job -> when (wall clock, seconds) its latest report was forwarded, while no
+        # barrier was marked after it
+        self._latest_s: dict[str, float] = {}
+        self.event_ns = NOT_YET  # the event time of the latest record forwarded (a report's)
 
-    def forward(self, raw: bytes, key: str) -> list[Outgoing]:
-        """One record of the collective topic (``key``: its Kafka key, the job)."""
+    def forward(self, raw: bytes, key: str, now_s: float = 0.0) -> list[Outgoing]:
+        """One record of the collective topic (``key``: its Kafka key, the job), forwarded
+        at ``now_s`` (wall clock)."""
         job = job_of(raw, key)
+        self._latest_s[job] = now_s
         routed = route(raw)
+        self.event_ns = NOT_YET if routed is None else routed[1]
         if routed is None:
             # Not a report by its text: the node stage decodes it, and dead-letters it
             # with the decoder's own reason.
@@ -119,6 +126,26 @@ class Forwarder:
                 out.extend(self.to_all(Mark(BARRIER, job, barrier)))
         out.append(Outgoing(report_key(job, node), raw))
         return out
+
+    def silent(self, now_s: float, after_s: float) -> list[Outgoing]:
+        """Barrier marks for the jobs whose reports went silent ``after_s`` ago (wall
+        clock) with no barrier after them: what the node stages took of them would wait
+        there for the next report otherwise (a job that stopped reporting, the end of a
+        backlog)."""
+        out: list[Outgoing] = []
+        for job, latest in list(self._latest_s.items()):
+            if now_s - latest < after_s:
+                continue
+            del self._latest_s[job]
+            barrier = self.marks.next(job)
+            if barrier is not None:
+                out.extend(self.to_all(Mark(BARRIER, job, barrier)))
+        return out
+
+    def forget(self, job: str) -> None:
+        """The job stopped: its barriers start again with its next report."""
+        self.marks.forget(job)
+        self._latest_s.pop(job, None)
 
     def to_all(self, mark: Mark) -> list[Outgoing]:
         """A mark for every node-stage partition."""

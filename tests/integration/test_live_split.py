@@ -1,16 +1,11 @@
 """One job's detection spread over the workers on the real broker (``--split``): the
 forwarder, node stages and job stage (`streams.split_app`) conclude what the replay
-concludes about every job, with one worker and with two sharing the partitions.
-
-Not yet: the fabric-wide finding (a leaf~spine link two healthy jobs cross). Split, the
-jobs' shares reach the job stage behind the link reports that move its clock, and the
-correlator does not join their slow paths; the replay with node stages does
-(tests/unit/test_kafka_stages.py). Issue 34 keeps it open."""
+concludes, every class including the fabric-wide one, with one worker and with two
+sharing the partitions."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from tests.integration.live_runs import SimulatedRun, findings
 from tests.integration.test_live_scaleout import (
@@ -22,11 +17,6 @@ from tests.integration.test_live_scaleout import (
 
 __all__ = ["run"]  # the module's simulated cluster, a fixture shared with the scale-out tests
 SPLIT = {"C4_TEST_SPLIT": "1"}
-
-
-def _of_jobs(found: set[tuple[str, str | None, tuple[str, ...]]]) -> set[Any]:
-    """The findings about a job (not the fabric-wide ones)."""
-    return {each for each in found if each[1] is not None}
 
 
 def test_one_split_worker_finds_every_class_the_replay_finds(
@@ -42,7 +32,7 @@ def test_one_split_worker_finds_every_class_the_replay_finds(
         speed=SPEED_ONE_WORKER,
         extra_env=SPLIT,
     )
-    assert _of_jobs(findings(found)) == _of_jobs(findings(run.replay))
+    assert findings(found) == findings(run.replay)
     keys = [(d.id, d.state) for d in found]
     assert len(keys) == len(set(keys)), "a diagnosis was published twice"
 
@@ -60,6 +50,6 @@ def test_two_split_workers_find_what_one_finds(
         speed=SPEED_TWO_WORKERS,
         extra_env=SPLIT,
     )
-    assert _of_jobs(findings(found)) == _of_jobs(findings(run.replay))
+    assert findings(found) == findings(run.replay)
     keys = [(d.id, d.state) for d in found]
     assert len(keys) == len(set(keys)), "a diagnosis was published twice"

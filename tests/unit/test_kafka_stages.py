@@ -80,7 +80,7 @@ class _Split:
             if isinstance(message, Member):
                 self.write(self.forwarder.to_all(Mark(RUN, message.job, message.restart)), 0)
             if isinstance(message, Job) and message.state == "stopped":
-                self.forwarder.marks.forget(message.job)
+                self.forwarder.forget(message.job)
                 self.write(self.forwarder.to_all(Mark(FORGET, message.job)), 0)
             self.found.extend(self.engine.on_message(message))
         self.pump(everything=self.rng is None)
@@ -257,3 +257,20 @@ def test_a_share_crosses_the_wire_unchanged() -> None:
     assert share is not None
     record = decode_share(encode_share(ShareRecord(job, 1, 7, latest, share)))
     assert record == ShareRecord(job, 1, 7, latest, share)
+
+
+def test_a_silent_job_gets_a_barrier_of_its_own_so_nothing_waits_at_the_node_stages() -> None:
+    forwarder = Forwarder(tick_ns=100, partitions=2)
+    report = b'{"v":1,"kind":"collective","job":"j","node":"n1","ts_ns":%d}'
+    forwarder.forward(report % 150, "j", now_s=10.0)
+    forwarder.forward(report % 160, "j", now_s=10.2)
+    assert forwarder.silent(10.6, after_s=0.5) == []  # 0.4 s: not silent yet
+    marks = forwarder.silent(10.7, after_s=0.5)
+    assert [(o.partition, decode_mark(o.value).number) for o in marks] == [(0, 2), (1, 2)]
+    assert forwarder.silent(20.0, after_s=0.5) == []  # once per silence
+    assert len(forwarder.forward(report % 170, "j", now_s=21.0)) == 1  # tick 1: before 2
+    assert len(forwarder.forward(report % 250, "j", now_s=21.1)) == 1  # tick 2: marked
+    marked = forwarder.forward(report % 301, "j", now_s=21.2)
+    assert [decode_mark(o.value).number for o in marked[:2]] == [3, 3]
+    forwarder.forget("j")
+    assert forwarder.silent(99.0, after_s=0.5) == []
