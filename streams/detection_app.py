@@ -247,6 +247,7 @@ class DetectionFlow:
                 collective_topic=topics.names["collective"],
                 deadletter_topic=topics.names["deadletter"],
                 live=self.live,
+                engine=self.stage,
                 publish=self._send,
                 metrics=metrics,
                 forwarded=self._forwarded,

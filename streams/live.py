@@ -269,6 +269,12 @@ class LiveDetection:
                 store.after_message(stage, found)
         return RecordTaken(found, failed)
 
+    def adopt(self, key: StateKey) -> None:
+        """Restore a key from the tables now if this worker just got it (before what the
+        runtime reads of its state: the stages on Kafka read which barrier it holds)."""
+        if self.store is not None:
+            self.store.before_message(self._stage, key)
+
     def on_barrier(self, job: str, shares: list[JobShare], latest_ns: int) -> list[Diagnosis]:
         """A barrier of the stages on Kafka let through for ``job`` (`streams.split_app`):
         the job's key restored first if this worker just got it, what the node stages

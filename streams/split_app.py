@@ -32,6 +32,7 @@ from faust.types import TP, TableT
 
 from schemas.codec import RejectCode, Rejection
 from schemas.messages import Diagnosis, Job, Member
+from streams.core.engine import Engine
 from streams.core.relay import Forwarder, JobSide, NodeSide, job_of_key
 from streams.core.share_wire import (
     FORGET,
@@ -40,9 +41,11 @@ from streams.core.share_wire import (
     Mark,
     WireError,
     decode_mark,
+    decode_share,
     encode_share,
 )
 from streams.core.snapshot import SnapshotError, is_part_key, read_snapshot, write_snapshot
+from streams.core.stage import JOB, StateKey
 from streams.intake import key_text, send_dead_letter
 from streams.live import LiveDetection
 from streams.metrics import StreamMetrics
@@ -101,6 +104,7 @@ class SplitStages:
         collective_topic: str,
         deadletter_topic: str,
         live: LiveDetection,
+        engine: Engine,
         publish: Publish,
         metrics: StreamMetrics,
         forwarded: Callable[[Any, int, int], None] = lambda _tp, _offset, _ns: None,
@@ -109,6 +113,8 @@ class SplitStages:
         self.partitions = partitions
         self.collective_topic = collective_topic
         self.live = live
+        self.engine = engine
+        self._adopted: set[str] = set()  # jobs whose gate learnt what their state holds
         self._publish = publish
         self.metrics = metrics
         self._forwarded = forwarded  # (topic partition, offset, event time) of each record
@@ -286,7 +292,9 @@ class SplitStages:
             value = event.value
             raw = bytes(value) if isinstance(value, bytes | bytearray) else str(value).encode()
             try:
-                barriers = self.job_side.on_share(raw)
+                record = decode_share(raw)
+                self._adopt(record.job)
+                barriers = self.job_side.offer(record)
             except WireError as error:
                 log.warning("job stage: %s", error)
                 failure = Rejection(RejectCode.PROCESSING_FAILED, "", str(error))
@@ -299,6 +307,7 @@ class SplitStages:
                     found = self.live.on_barrier(
                         barrier.job, list(barrier.shares), barrier.latest_ns
                     )
+                    self.engine.applied_barrier(barrier.job, barrier.number)
                 except Exception:  # noqa: BLE001 - one barrier must not stop the stage
                     log.exception(
                         "job stage failed on barrier %d of %s", barrier.number, barrier.job
@@ -306,6 +315,17 @@ class SplitStages:
                     continue
                 if found:
                     await self._publish(found)
+
+    def _adopt(self, job: str) -> None:
+        """A share of a job this worker just got: its state restored first, and the gate
+        told which barrier that state holds (its shares come again: dropped)."""
+        if job in self._adopted:
+            return
+        self._adopted.add(job)
+        self.live.adopt(StateKey(JOB, job))
+        applied = self.engine.applied_barrier(job)
+        if applied is not None:
+            self.job_side.gate.restore(job, applied)
 
     def revoked(self, revoked: Iterable[TP], partition_of: Callable[[str], int]) -> None:
         """Partitions went to another worker: their node stages and gated jobs with them."""
@@ -320,3 +340,4 @@ class SplitStages:
                 for job in self.job_side.gate.jobs():
                     if partition_of(job) == tp.partition:
                         self.job_side.gate.forget(job)
+                        self._adopted.discard(job)

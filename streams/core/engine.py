@@ -79,6 +79,7 @@ MOVES_KEPT = 1 << 20
 MEMBERSHIP_KEY = "membership"  # a job's member reports, in its snapshot
 CABLING_KEY = "cabling"  # a node's ports found on another leaf, in its snapshot
 WAITING_KEY = "waiting"  # a job's collective reports held back for link reports (live)
+BARRIER_KEY = "barrier"  # the latest barrier of the stages on Kafka a job's state holds
 
 
 class SharedFacts(Protocol):
@@ -262,6 +263,8 @@ class Engine:
         self.counts: dict[str, int] = {}
         self._reported_paths: dict[str, list[SlowPath]] = {}
         self._changed_paths: dict[str, list[SlowPath]] = {}
+        # job -> the latest barrier of the stages on Kafka applied (`applied_barrier`)
+        self._barriers: dict[str, int] = {}
         # Jobs whose last check was held back for their ports' link reports (live only).
         self.held: set[str] = set()
         self._held_check_ns = 0
@@ -518,6 +521,14 @@ class Engine:
             found.extend(self.advance(latest_ns))
         return found
 
+    def applied_barrier(self, job: str, number: int | None = None) -> int | None:
+        """The latest barrier of the stages on Kafka whose shares a job's state holds
+        (None: none), after noting ``number`` as applied (where given): kept in the job's
+        snapshot, so that a restored job stage drops the shares it took before."""
+        if number is not None:
+            self._barriers[job] = number
+        return self._barriers.get(job)
+
     def advance(self, now_ns: int) -> list[Diagnosis]:
         """Move the event-time clock forward (never back); run the timers when due."""
         if not self.clock.advance(now_ns):
@@ -714,6 +725,9 @@ class Engine:
         state = {} if detector is None else detector.state()
         if waiting:
             state[WAITING_KEY] = waiting
+        barrier = self._barriers.get(job)
+        if barrier is not None:
+            state[BARRIER_KEY] = barrier
         return state if world is None else state | {MEMBERSHIP_KEY: world}
 
     def restore_job(self, job: str, state: dict[str, Any]) -> None:
@@ -723,7 +737,11 @@ class Engine:
         world = state.get(MEMBERSHIP_KEY)
         if world is not None:
             self.membership.restore_job(job, world)
-        state = {k: v for k, v in state.items() if k not in (MEMBERSHIP_KEY, WAITING_KEY)}
+        barrier = state.get(BARRIER_KEY)
+        if type(barrier) is int:
+            self._barriers[job] = barrier
+        own = (MEMBERSHIP_KEY, WAITING_KEY, BARRIER_KEY)
+        state = {k: v for k, v in state.items() if k not in own}
         if not state:
             return  # its ranks reported, none of its collectives was processed yet
         detector = self._job(job)
@@ -743,6 +761,7 @@ class Engine:
         self.placements.forget(job)
         self._reported_paths.pop(job, None)
         self._changed_paths.pop(job, None)
+        self._barriers.pop(job, None)
         self._forget_runs(job)
 
     def _forget_runs(self, job: str) -> None:

@@ -57,6 +57,7 @@ class _Split:
     position: int = 0
     barriers: int = 0
     restarts: int = 0
+    hold_shares: bool = False  # the shares left for the test to hand the job stage
 
     def __post_init__(self) -> None:
         self.forwarder = Forwarder(self.engine.params.tick_ns, self.partitions)
@@ -98,10 +99,15 @@ class _Split:
                 offset = self.read[p]
                 self.read[p] += 1
                 self.handle(p, offset, *log[offset])
-        while self.shares and (everything or rng is None or rng.random() < 0.7):
+        while (
+            self.shares
+            and not self.hold_shares
+            and (everything or rng is None or rng.random() < 0.7)
+        ):
             raw = self.shares.popleft()
             for barrier in self.job_side.on_share(raw):
                 self.found.extend(self.engine.on_barrier(list(barrier.shares), barrier.latest_ns))
+                self.engine.applied_barrier(barrier.job, barrier.number)
 
     def handle(self, p: int, offset: int, out: Outgoing, position: int) -> None:
         self.take(p, offset, out, position)
@@ -274,3 +280,48 @@ def test_a_silent_job_gets_a_barrier_of_its_own_so_nothing_waits_at_the_node_sta
     assert [decode_mark(o.value).number for o in marked[:2]] == [3, 3]
     forwarder.forget("j")
     assert forwarder.silent(99.0, after_s=0.5) == []
+
+
+@pytest.mark.parametrize("kind", ["slow_gpu", "port_degraded"])
+def test_a_job_stage_restored_from_its_snapshot_drops_the_shares_it_took(kind: str) -> None:
+    messages, topology = _messages(kind)
+    calm = _Split(Engine(topology=topology), 2)  # type: ignore[arg-type]
+    expected = {n for n in _named(calm.run(messages)) if n[1] == "firing"}
+    split = _Split(Engine(topology=topology), 2, hold_shares=True)  # type: ignore[arg-type]
+    taken: list[bytes] = []  # every share record the job stage read, in order
+
+    def offer(raw: bytes) -> None:
+        taken.append(raw)
+        for barrier in split.job_side.on_share(raw):
+            split.found.extend(split.engine.on_barrier(list(barrier.shares), barrier.latest_ns))
+            split.engine.applied_barrier(barrier.job, barrier.number)
+
+    half = len(messages) // 2
+    for message in messages[:half]:
+        split.feed(message)
+        while split.shares:
+            offer(split.shares.popleft())
+    # The job stage's worker dies: a new one restores every key's snapshot, the gate
+    # learns which barrier each job's state holds, and the shares since the last commit
+    # (the last 20) come again.
+    old = split.engine
+    keys = old.keys("job") + old.keys("node")
+    states = old.snapshot(keys)
+    assert any(old.applied_barrier(key.id) is not None for key in keys if key.kind == "job")
+    split.engine = Engine(topology=topology)  # type: ignore[arg-type]
+    for key, state in states.items():
+        split.engine.restore(key, state)
+    split.job_side = JobSide(2)
+    for key in keys:
+        applied = split.engine.applied_barrier(key.id) if key.kind == "job" else None
+        if applied is not None:
+            split.job_side.gate.restore(key.id, applied)
+    for raw in taken[-20:]:
+        offer(raw)
+    assert split.job_side.gate.duplicates > 0
+    for message in messages[half:]:
+        split.feed(message)
+        while split.shares:
+            offer(split.shares.popleft())
+    found = split.found + split.engine.on_eof()
+    assert {n for n in _named(found) if n[1] == "firing"} == expected
