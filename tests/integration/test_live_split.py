@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.integration.live_runs import SimulatedRun, findings
 from tests.integration.test_live_scaleout import SPEED_TWO_WORKERS, live_findings, run
 
@@ -19,34 +21,22 @@ SPLIT = {"C4_TEST_SPLIT": "1"}
 SPEED = SPEED_TWO_WORKERS
 
 
-def test_one_split_worker_finds_every_class_the_replay_finds(
-    run: SimulatedRun, kafka_bootstrap: str, unique: str, tmp_path: Path
+@pytest.mark.parametrize(("workers", "partitions"), [(1, 4), (2, 8)])
+def test_split_workers_find_every_class_the_replay_finds(
+    run: SimulatedRun,
+    kafka_bootstrap: str,
+    unique: str,
+    tmp_path: Path,
+    workers: int,
+    partitions: int,
 ) -> None:
     found = live_findings(
         run,
         kafka_bootstrap,
         unique,
         tmp_path,
-        workers=1,
-        partitions=4,
-        speed=SPEED,
-        extra_env=SPLIT,
-    )
-    assert findings(found) == findings(run.replay)
-    keys = [(d.id, d.state) for d in found]
-    assert len(keys) == len(set(keys)), "a diagnosis was published twice"
-
-
-def test_two_split_workers_find_what_one_finds(
-    run: SimulatedRun, kafka_bootstrap: str, unique: str, tmp_path: Path
-) -> None:
-    found = live_findings(
-        run,
-        kafka_bootstrap,
-        unique,
-        tmp_path,
-        workers=2,
-        partitions=8,
+        workers=workers,
+        partitions=partitions,
         speed=SPEED,
         extra_env=SPLIT,
     )
