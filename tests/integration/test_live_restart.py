@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.integration.live_runs import (
     DiagnosisReader,
     PacedPublisher,
@@ -44,9 +46,12 @@ SCENARIO = {
 KILL_AT_S = 20.0
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["one-stage", "split"])
 def test_kill_9_and_restart_goes_on_from_the_tables(
-    kafka_bootstrap: str, unique: str, tmp_path: Path
+    kafka_bootstrap: str, unique: str, tmp_path: Path, split: bool
 ) -> None:
+    """Split (``--split``), the killed worker held the forwarder, the node stages and the
+    job stage: the restarted one goes on from the job's and the node stages' tables."""
     run = SimulatedRun.of(SCENARIO)
     expected = findings(run.replay)
     assert {cls for cls, _, _ in expected} >= {"noncomm_slow", "link_degraded", "noncomm_hang"}
@@ -56,6 +61,7 @@ def test_kill_9_and_restart_goes_on_from_the_tables(
         "C4_TEST_CLOCK_RATE": str(SPEED),
         "C4_TEST_SESSION_TIMEOUT": "6",
         "C4_TEST_DATADIR": str(tmp_path / "faust"),
+        "C4_TEST_SPLIT": "1" if split else "0",
     }
     topology = tmp_path / "topology.json"
     topology.write_bytes(run.topology_json())
