@@ -149,8 +149,3 @@ class ShareGate:
     def jobs(self) -> list[str]:
         """The jobs the gate holds."""
         return list(self._jobs)
-
-    def waiting(self, job: str) -> int:
-        """How many barriers of ``job`` wait for a source."""
-        gated = self._jobs.get(job)
-        return 0 if gated is None else len(gated.waiting)

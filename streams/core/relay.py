@@ -90,11 +90,6 @@ class Outgoing:
     value: bytes
     partition: int | None = None
 
-    @property
-    def is_mark(self) -> bool:
-        """Whether this is a mark (sent with the mark header)."""
-        return self.partition is not None
-
 
 class Forwarder:
     """Reports on to the node stages; barrier marks before a report enters a new tick."""
@@ -244,10 +239,6 @@ class NodeSide:
         for held in (self._marked, self._unsaved):
             for key in [key for key in held if key[0] == partition]:
                 del held[key]
-
-    def partitions(self) -> list[int]:
-        """The partitions whose node stages are held here."""
-        return sorted(self._stages)
 
 
 class JobSide:
