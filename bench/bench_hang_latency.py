@@ -24,6 +24,7 @@ where it started. ``tail s``: how long after the last record was produced the wo
 the job's last operation (0: they kept up).
 
     python bench/bench_hang_latency.py [--ranks 3072] [--duration-s 60] [--workers 1,2]
+        [--split 1,2]
 """
 
 from __future__ import annotations
@@ -190,10 +191,11 @@ class DiagnosisWatch:
         self._consumer.close()
 
 
-def paced_run(job: Scenario, workers: int, rate: float, work: Path) -> Run:
-    """Workers on fresh topics, the scenario produced in event time, the hangs' latencies."""
+def paced_run(job: Scenario, workers: int, rate: float, work: Path, split: bool = False) -> Run:
+    """Workers on fresh topics, the scenario produced in event time, the hangs' latencies
+    (``split``: each job's detection spread over the workers, ``--split``)."""
     prefix = f"bench.hang.{uuid.uuid4().hex[:6]}."
-    ports, processes = start_workers(REPO, prefix, "bench-hang", workers, work)
+    ports, processes = start_workers(REPO, prefix, "bench-hang", workers, work, split)
     watch = DiagnosisWatch(prefix + TOPICS_BY_KIND["diagnosis"].name)
     name = 'c4_stream_operations_total{training_job="job-dp"}'
     try:
@@ -306,6 +308,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--rate", type=float, default=1.0, help="event s per wall s")
     parser.add_argument("--work", type=Path, default=None, help="keeps the simulated job")
+    parser.add_argument(
+        "--split",
+        default="",
+        help="worker counts also run split (`c4 streams worker --split`: one job's detection"
+        " spread over the workers), e.g. 1,2",
+    )
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="c4-bench-hang-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -327,8 +335,11 @@ def main() -> int:
         f"{'pipeline p50':>12} {'p99':>6} {'target':>7} {'meets':>5} {'lag max s':>9} "
         f"{'lag end s':>9} {'tail s':>6} {'job CPU':>7} {'behind s':>8}  lag at 1/4 1/2 3/4 end"
     )
-    for workers in [int(count) for count in args.workers.split(",")]:
-        runs = [paced_run(job, workers, args.rate, work) for _ in range(args.repeats)]
+    plan = [(int(count), False) for count in args.workers.split(",") if count]
+    plan += [(int(count), True) for count in args.split.split(",") if count]
+    for workers, split in plan:
+        runs = [paced_run(job, workers, args.rate, work, split) for _ in range(args.repeats)]
+        label = f"{workers}{' split' if split else ''}"
         hangs = [hang for run in runs for hang in run.hangs]
         seen = [
             (hang.latency_s, hang.detector_s)
@@ -339,12 +350,12 @@ def main() -> int:
         detector = [waited for _, waited in seen]
         pipeline = [latency - waited for latency, waited in seen]
         if not latencies:
-            print(f"{workers:>7} {0:>3}/{len(hangs):<2} no hang diagnosed", flush=True)
+            print(f"{label:>7} {0:>3}/{len(hangs):<2} no hang diagnosed", flush=True)
             continue
         target = hang_after_s + 3.0
         meets = "yes" if len(seen) == len(hangs) and p99(latencies) <= target else "no"
         print(
-            f"{workers:>7} {len(seen):>3}/{len(hangs):<2} {statistics.median(latencies):>11.2f} "
+            f"{label:>7} {len(seen):>3}/{len(hangs):<2} {statistics.median(latencies):>11.2f} "
             f"{p99(latencies):>6.2f} {statistics.median(detector):>12.2f} "
             f"{statistics.median(pipeline):>12.2f} {p99(pipeline):>6.2f} {target:>7.2f} "
             f"{meets:>5} {max(max(run.lag_s, default=0.0) for run in runs):>9.1f} "

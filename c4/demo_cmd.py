@@ -36,6 +36,7 @@ def _run_slurm(args: argparse.Namespace, settings: Settings) -> int:
             ("--topology", args.topology),
             ("--chaos", args.chaos is not None),
             ("--setup-only", args.setup_only),
+            ("--split", args.split),
         )
         if given
     ]
@@ -90,6 +91,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         full=args.full,
         setup_only=args.setup_only,
         chaos_seed=args.chaos,
+        split=args.split,
     )
     # A bad scenario or topology file is one line before anything starts (topics, workers).
     load_demo_scenario(options.scenario, options.duration)
@@ -191,6 +193,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="kill -9 the streams worker, the actions worker, the node agent, Kafka and Redis "
         "once each, in a random order at random moments (seeded), and print the recovery times; "
         "needs the local stack (`c4 stack up`) and a scenario long enough for five recoveries",
+    )
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="the streams worker spreads each job's detection over node and job stages "
+        "(`c4 streams worker --split`); with --chaos, its kill covers both stages",
     )
     parser.add_argument(
         "--slurm",

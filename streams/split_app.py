@@ -12,8 +12,9 @@ internal topics a detection worker runs with ``--split``.
   the worker holding the job's state) and writes the job's node-stage snapshot and the
   partition's resume offset to the ``node-stage`` table. A worker that takes a partition
   over (a restart, a rebalance) restores every job's snapshot of it and reads the partition
-  again from its resume offset: the reports no snapshot held are taken again, those one held
-  are skipped, so nothing is lost or counted twice.
+  again from its resume offset, with a reader of its own, up to where its consumer starts:
+  the reports no snapshot held are taken again, those one held are skipped, so nothing is
+  lost or counted twice.
 - The ``<app>-job-shares`` agent is the job stage's gate (`streams.core.relay.JobSide`):
   a barrier once every node-stage partition passed it, to the engine through the live
   runtime (`streams.live.LiveDetection.on_barrier`).
@@ -21,13 +22,16 @@ internal topics a detection worker runs with ``--split``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
+import aiokafka
 import faust
 import orjson
+from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth, server_list
 from faust.types import TP, TableT
 
 from schemas.codec import RejectCode, Rejection
@@ -60,6 +64,9 @@ RESUME = b"#resume"
 # Wall seconds without a report of a job before the forwarder marks a barrier on its own:
 # longer than the gaps between a live job's reports are, shorter than a hang's threshold.
 SILENT_AFTER_S = 0.5
+# Waits between tries to read again what a taken-over partition's snapshots do not hold.
+GAP_RETRY_S = 0.5
+GAP_RETRY_MAX_S = 10.0
 
 
 def stage_key(partition: int, job: str) -> bytes:
@@ -143,10 +150,8 @@ class SplitStages:
                 value_type=bytes,
             )
         )
-        # node-reports partitions taken over here (their jobs restored), and those read
-        # again from their resume offset until it comes
+        # node-reports partitions taken over here (their jobs restored)
         self._ready: set[int] = set()
-        self._seeking: dict[int, int] = {}
         app.agent(self.node_reports, name=f"{app_id}.node-stage")(self.node_stage)
         app.agent(self.job_shares, name=f"{app_id}.job-stage")(self.job_stage)
 
@@ -207,29 +212,64 @@ class SplitStages:
                 self._ready.add(partition)
                 resume = self._take_over(partition)
                 if resume is not None and offset > resume:
-                    # What no snapshot holds comes again from the resume offset.
-                    await self.app.consumer.seek(message.tp, resume)
-                    self._seeking[partition] = resume
-                    continue
-            seeking = self._seeking.get(partition)
-            if seeking is not None:
-                if offset != seeking:
-                    # Fetched before the seek. Faust drops records below the latest offset
-                    # it handed on, and it went on handing these on: seek again, so that
-                    # the records from the resume offset are not dropped when they come.
-                    await self.app.consumer.seek(message.tp, seeking)
-                    continue
-                del self._seeking[partition]
-            headers = dict(message.headers or ())
-            value = event.value
-            raw = bytes(value) if isinstance(value, bytes | bytearray) else str(value).encode()
+                    # What no snapshot holds comes again, from the resume offset up to
+                    # this record, before it.
+                    for gap in await self._read_gap(message.tp, resume, offset):
+                        await self._take(partition, gap.offset, gap.key, gap.value, gap.headers)
+            await self._take(partition, offset, event.key, event.value, message.headers)
+
+    async def _take(self, partition: int, offset: int, key: Any, value: Any, headers: Any) -> None:
+        """One record of a node-reports partition: a mark or a forwarded report."""
+        named = dict(headers or ())
+        raw = bytes(value) if isinstance(value, bytes | bytearray) else str(value).encode()
+        try:
+            if MARK_HEADER in named:
+                await self._on_mark(partition, offset, raw)
+            else:
+                await self._on_report(partition, offset, key, raw, named)
+        except Exception:  # noqa: BLE001 - one bad record must not stop the stage
+            log.exception("node stage %d failed on the record at %d", partition, offset)
+
+    async def _read_gap(self, tp: TP, start: int, end: int) -> list[Any]:
+        """The records of ``tp`` from ``start`` up to ``end`` (excluded), read by a reader
+        of its own: Faust's consumer drops what is below the offset it handed on last, and
+        a seek back races its fetcher (the records it fetched already keep coming and move
+        that offset on again). A broker that does not answer is waited for."""
+        part = aiokafka.TopicPartition(tp.topic, tp.partition)
+        records: list[Any] = []
+        delay = GAP_RETRY_S
+        while True:
+            at = records[-1].offset + 1 if records else start
+            reader = self._gap_reader()
             try:
-                if MARK_HEADER in headers:
-                    await self._on_mark(partition, offset, raw)
-                else:
-                    await self._on_report(partition, offset, event.key, raw, headers)
-            except Exception:  # noqa: BLE001 - one bad record must not stop the stage
-                log.exception("node stage %d failed on the record at %d", partition, offset)
+                await reader.start()
+                reader.assign([part])
+                reader.seek(part, at)
+                while await reader.position(part) < end:
+                    fetched = await reader.getmany(part, timeout_ms=1000)
+                    records.extend(r for r in fetched.get(part, ()) if at <= r.offset < end)
+                break
+            except aiokafka.errors.KafkaError as error:
+                log.warning("node stage %d: reading %d..%d: %s", tp.partition, at, end, error)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, GAP_RETRY_MAX_S)
+            finally:
+                await reader.stop()
+        log.info("node stage %d: read %d..%d again", tp.partition, start, end)
+        return records
+
+    def _gap_reader(self) -> aiokafka.AIOKafkaConsumer:
+        """A reader outside the group, on the worker's broker with its credentials."""
+        conf, transport = self.app.conf, cast(Any, self.app.transport)
+        return aiokafka.AIOKafkaConsumer(
+            bootstrap_servers=server_list(transport.url, transport.default_port),
+            client_id=f"{conf.broker_client_id}-gap",
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",  # a resume offset past retention: what is left
+            request_timeout_ms=int(conf.broker_request_timeout * 1000.0),
+            **credentials_to_aiokafka_auth(conf.broker_credentials, conf.ssl_context),
+        )
 
     async def _on_report(
         self, partition: int, offset: int, key: Any, raw: bytes, headers: dict[str, Any]
@@ -335,7 +375,6 @@ class SplitStages:
             if tp.topic == reports:
                 self.nodes.revoke(tp.partition)
                 self._ready.discard(tp.partition)
-                self._seeking.pop(tp.partition, None)
             elif tp.topic == shares:
                 for job in self.job_side.gate.jobs():
                     if partition_of(job) == tp.partition:

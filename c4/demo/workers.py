@@ -73,6 +73,7 @@ def start_workers(
             "--loglevel",
             "warn",
             *(() if options.chaos_seed is None else ("--session-timeout", "6")),
+            *(("--split",) if options.split else ()),
         ],
         env,
         logs,

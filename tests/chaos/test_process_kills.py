@@ -30,11 +30,15 @@ SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "scenario-chaos.js
 
 @pytest.mark.integration
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("split", [False, True], ids=["one-stage", "split"])
 def test_every_process_killed_once_during_a_live_scenario(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     record_property: Callable[[str, object], None],
+    split: bool,
 ) -> None:
+    """Split (``--split``), the streams worker killed holds the forwarder, the node stages
+    and the job stage: both stages come back from their tables."""
     seed, line = chaos_seed(os.environ)
     with capsys.disabled():
         print(f"\n{line}")  # now, whatever becomes of the run (a timeout, a hang)
@@ -47,6 +51,7 @@ def test_every_process_killed_once_during_a_live_scenario(
         dashboard_port=None,
         chaos_seed=seed,
         settle_s=60.0,
+        split=split,
     )
     with PrivateStack() as stack:
         demo = DemoRun(options, stack.settings, print)

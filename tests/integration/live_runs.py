@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 
 from producers.publisher import paced
 from schemas.base import C4Model
@@ -140,3 +141,24 @@ def publish(bootstrap: str, topic_of: Callable[[C4Model], str], messages: list[C
         producer.produce(topic_of(message), key=key_of(message).encode(), value=encode(message))
         producer.poll(0)
     assert producer.flush(30) == 0
+
+
+def wait_for_members(
+    bootstrap: str, group: str, members: int, alive: Callable[[], None], timeout_s: float = 90
+) -> None:
+    """Until the consumer group is stable with ``members`` members, each with partitions."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive()
+        try:
+            description = admin.describe_consumer_groups([group])[group].result(10)
+        except (TimeoutError, KafkaException):  # a busy broker: asked again until the deadline
+            time.sleep(0.5)
+            continue
+        assigned = [m for m in description.members if m.assignment.topic_partitions]
+        if str(description.state).endswith("STABLE") and len(assigned) == members:
+            return
+        time.sleep(0.5)
+    message = f"group {group} not stable with {members} members in {timeout_s} s"
+    raise AssertionError(message)

@@ -7,15 +7,11 @@ events: the same classes, jobs and suspects, each published once.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
 from tests.integration.live_runs import (
     DiagnosisReader,
@@ -23,6 +19,7 @@ from tests.integration.live_runs import (
     SimulatedRun,
     findings,
     topic_env,
+    wait_for_members,
 )
 from tests.integration.workers import FaustWorker
 
@@ -83,27 +80,6 @@ def run() -> SimulatedRun:
         "gpu_fault",
     }
     return simulated
-
-
-def wait_for_members(
-    bootstrap: str, group: str, members: int, alive: Callable[[], None], timeout_s: float = 90
-) -> None:
-    """Until the consumer group is stable with ``members`` members, each with partitions."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        alive()
-        try:
-            description = admin.describe_consumer_groups([group])[group].result(10)
-        except (TimeoutError, KafkaException):  # a busy broker: asked again until the deadline
-            time.sleep(0.5)
-            continue
-        assigned = [m for m in description.members if m.assignment.topic_partitions]
-        if str(description.state).endswith("STABLE") and len(assigned) == members:
-            return
-        time.sleep(0.5)
-    message = f"group {group} not stable with {members} members in {timeout_s} s"
-    raise AssertionError(message)
 
 
 def live_findings(

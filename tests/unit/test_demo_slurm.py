@@ -315,3 +315,8 @@ def test_the_slurm_flags_go_with_slurm_and_only_with_it(
     assert "--slurm runs its own job: --chaos do not apply" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["demo", "--slurm", "--hangs", "0"])
+
+
+def test_split_is_the_simulated_demos_only(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--slurm", "--split"]) == 2
+    assert "--slurm runs its own job: --split do not apply" in capsys.readouterr().err
