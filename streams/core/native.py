@@ -24,7 +24,9 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent
 MANIFEST = "manifest.json"
 GROUP = "c4_core_native"  # the shared library every compiled module of the build links to
-NOT_COMPILED = frozenset({"__init__.py", "native.py"})
+# share_wire: msgspec reads its structs' annotations, which mypyc's classes do not keep
+# (decoding then expects a `type` where the share is); its decoding is msgspec's C anyway.
+NOT_COMPILED = frozenset({"__init__.py", "native.py", "share_wire.py"})
 PURE_ENV = "C4_PURE_PYTHON"
 DIR_ENV = "C4_NATIVE_DIR"
 

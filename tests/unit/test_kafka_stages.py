@@ -7,9 +7,11 @@ restarted from their snapshots."""
 from __future__ import annotations
 
 import random
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
+import orjson
 import pytest
 
 from schemas.base import C4Model
@@ -36,8 +38,6 @@ from tests.unit.suite_cases import suite_case
 
 
 def _partition(key: bytes, partitions: int) -> int:
-    import zlib
-
     return zlib.crc32(key) % partitions
 
 
@@ -247,6 +247,20 @@ def test_records_of_the_stages_that_are_not_theirs_are_wire_errors() -> None:
     for raw in (b"", b"not zlib", encode_share(ShareRecord("j", 0, 1, 0, None))[:-3]):
         with pytest.raises(WireError):
             decode_share(raw)
+    # A share whose rows are not of their types never reaches the job stage.
+    messages, _ = _messages("slow_gpu")
+    stage = NodeStage()
+    for position, message in enumerate(messages):
+        if isinstance(message, Collective | Collectives):
+            stage.on_message(message, position)
+    share, latest = stage.barrier_of(stage.jobs()[0])
+    document = orjson.loads(zlib.decompress(encode_share(ShareRecord("j", 0, 1, latest, share))))
+    for field_name, bad in (("times", ["x"]), ("seen", [[1, 2]]), ("parts", [["c", 1]])):
+        broken = {**document, "share": {**document["share"], field_name: bad}}
+        with pytest.raises(WireError, match="not a share record"):
+            decode_share(zlib.compress(orjson.dumps(broken)))
+    with pytest.raises(WireError, match="version 2"):
+        decode_share(zlib.compress(orjson.dumps({**document, "v": 2})))
     side = JobSide(2)
     with pytest.raises(WireError, match="source 5"):
         side.on_share(encode_share(ShareRecord("j", 5, 1, 0, None)))
