@@ -36,10 +36,10 @@ class DemoOptions:
     # A number: the chaos run (c4.demo.chaos) with this seed. The simulated nodes then hand
     # their records to a node agent process, and each process is killed once.
     chaos_seed: int | None = None
-    # True: the streams worker spreads each job's detection over its stages (``--split``)
-    split: bool = False
     chaos_first_s: tuple[float, float] = (6.0, 12.0)
     chaos_pause_s: tuple[float, float] = (2.0, 8.0)
+    # True: the streams worker spreads each job's detection over its stages (``--split``)
+    split: bool = False
 
 
 def load_demo_scenario(path: str | None, duration: float | None) -> Scenario:

@@ -33,7 +33,7 @@ from streams.core.share_wire import (
     decode_share,
     encode_share,
 )
-from streams.core.split import NodeStage
+from streams.core.split import JobShare, NodeStage
 from tests.unit.suite_cases import suite_case
 
 
@@ -248,13 +248,8 @@ def test_records_of_the_stages_that_are_not_theirs_are_wire_errors() -> None:
         with pytest.raises(WireError):
             decode_share(raw)
     # A share whose rows are not of their types never reaches the job stage.
-    messages, _ = _messages("slow_gpu")
-    stage = NodeStage()
-    for position, message in enumerate(messages):
-        if isinstance(message, Collective | Collectives):
-            stage.on_message(message, position)
-    share, latest = stage.barrier_of(stage.jobs()[0])
-    document = orjson.loads(zlib.decompress(encode_share(ShareRecord("j", 0, 1, latest, share))))
+    job, share, latest = _one_share()
+    document = orjson.loads(zlib.decompress(encode_share(ShareRecord(job, 0, 1, latest, share))))
     for field_name, bad in (("times", ["x"]), ("seen", [[1, 2]]), ("parts", [["c", 1]])):
         broken = {**document, "share": {**document["share"], field_name: bad}}
         with pytest.raises(WireError, match="not a share record"):
@@ -266,7 +261,8 @@ def test_records_of_the_stages_that_are_not_theirs_are_wire_errors() -> None:
         side.on_share(encode_share(ShareRecord("j", 5, 1, 0, None)))
 
 
-def test_a_share_crosses_the_wire_unchanged() -> None:
+def _one_share() -> tuple[str, JobShare, int]:
+    """A simulated run's reports taken by one node stage, handed on at one barrier."""
     messages, _ = _messages("slow_gpu")
     stage = NodeStage()
     for position, message in enumerate(messages):
@@ -275,6 +271,11 @@ def test_a_share_crosses_the_wire_unchanged() -> None:
     job = stage.jobs()[0]
     share, latest = stage.barrier_of(job)
     assert share is not None
+    return job, share, latest
+
+
+def test_a_share_crosses_the_wire_unchanged() -> None:
+    job, share, latest = _one_share()
     record = decode_share(encode_share(ShareRecord(job, 1, 7, latest, share)))
     assert record == ShareRecord(job, 1, 7, latest, share)
 
