@@ -31,6 +31,7 @@ from typing import Any, cast
 import aiokafka
 import faust
 import orjson
+from aiokafka.partitioner import murmur2
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth, server_list
 from faust.types import TP, TableT
 
@@ -64,9 +65,20 @@ RESUME = b"#resume"
 # Wall seconds without a report of a job before the forwarder marks a barrier on its own:
 # longer than the gaps between a live job's reports are, shorter than a hang's threshold.
 SILENT_AFTER_S = 0.5
+# Wall seconds between two snapshots of a job's node stage in a partition: a barrier
+# comes every tick, and a snapshot at each cost more than the stage's own work on a large
+# job. A restarted worker reads again what came after the latest one.
+SNAPSHOT_EVERY_S = 1.0
 # Waits between tries to read again what a taken-over partition's snapshots do not hold.
 GAP_RETRY_S = 0.5
 GAP_RETRY_MAX_S = 10.0
+
+
+def place(key: bytes, partitions: int) -> int:
+    """The node-reports partition of a forwarded report's key (Kafka's murmur2, as the
+    producer would pick it; named here so that the forwarder knows where a job's reports
+    went)."""
+    return int(murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def stage_key(partition: int, job: str) -> bytes:
@@ -125,7 +137,9 @@ class SplitStages:
         self._publish = publish
         self.metrics = metrics
         self._forwarded = forwarded  # (topic partition, offset, event time) of each record
-        self.forwarder = Forwarder(tick_ns, partitions)
+        self.forwarder = Forwarder(
+            tick_ns, partitions, lambda key: place(key, partitions), self._recall_holders
+        )
         self.nodes = NodeSide()
         self.job_side = JobSide(partitions)
         raw: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
@@ -150,8 +164,15 @@ class SplitStages:
                 value_type=bytes,
             )
         )
+        # job -> the node-reports partitions its reports went to (`Forwarder`): keyed and
+        # placed as the collective topic, so it is read where the job's records are.
+        self.holders: TableT[bytes, bytes] = app.Table(
+            "forward-holders", partitions=partitions, key_type=bytes, value_type=bytes
+        )
         # node-reports partitions taken over here (their jobs restored)
         self._ready: set[int] = set()
+        # (partition, job) -> when (monotonic) its node stage's snapshot was kept last
+        self._saved_at: dict[tuple[int, str], float] = {}
         app.agent(self.node_reports, name=f"{app_id}.node-stage")(self.node_stage)
         app.agent(self.job_shares, name=f"{app_id}.job-stage")(self.job_stage)
 
@@ -163,21 +184,37 @@ class SplitStages:
             key = key_text(event.key) or ""
             at = str(event.message.offset).encode()
             outgoing = self.forwarder.forward(raw, key, time.monotonic())
+            self._keep_holders()
             # The record counts as read for the input's progress (`streams.live.InputLag`):
             # the job stage's conclusions wait on the collective partitions that lag.
             self._forwarded(event.message.tp, event.message.offset, self.forwarder.event_ns)
             for out in outgoing:
-                if out.partition is None:
-                    await self.node_reports.send(
-                        key=out.key, value=out.value, headers={POSITION_HEADER: at}
-                    )
-                else:
-                    await self.node_reports.send(
-                        key=out.key,
-                        value=out.value,
-                        partition=out.partition,
-                        headers={MARK_HEADER: b"1"},
-                    )
+                headers = {MARK_HEADER: b"1"} if out.mark else {POSITION_HEADER: at}
+                await self.node_reports.send(
+                    key=out.key, value=out.value, partition=out.partition, headers=headers
+                )
+
+    def _keep_holders(self) -> None:
+        """Grown holders into their table, before the report that grew them is sent: the
+        producer sends in order and a commit flushes it first, so a forwarder restarted
+        from its last commit recalls every partition a report of the job went to."""
+        for job, holders in self.forwarder.grown:
+            self.holders[job.encode()] = orjson.dumps(holders)
+        self.forwarder.grown.clear()
+
+    def _recall_holders(self, job: str) -> list[int]:
+        """A job's holders as the table keeps them (none: not kept, or unreadable)."""
+        raw = self.holders.get(job.encode())
+        if not raw:
+            return []
+        try:
+            kept = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            log.warning("forwarder: the holders of %s are unreadable: %r", job, raw[:80])
+            return []
+        if not isinstance(kept, list):
+            return []
+        return [each for each in kept if type(each) is int]
 
     async def on_facts(self, messages: Iterable[Any]) -> None:
         """Facts of the job topic the node stages must know: a run that starts (its member
@@ -187,6 +224,8 @@ class SplitStages:
                 await self._mark_all(Mark(RUN, message.job, message.restart))
             elif isinstance(message, Job) and message.state == "stopped":
                 self.forwarder.forget(message.job)
+                if self.holders.get(message.job.encode()) is not None:
+                    del self.holders[message.job.encode()]
                 await self._mark_all(Mark(FORGET, message.job))
 
     async def on_timer(self) -> None:
@@ -299,10 +338,14 @@ class SplitStages:
         record = self.nodes.on_mark(partition, offset, mark)
         if record is None:
             return
-        await self.job_shares.send(key=record.job.encode(), value=encode_share(record))
-        write_snapshot(
-            self.table, stage_key(partition, record.job), self.nodes.snapshot(partition, record.job)
-        )
+        job = record.job
+        await self.job_shares.send(key=job.encode(), value=encode_share(record))
+        now = time.monotonic()
+        if now - self._saved_at.get((partition, job), -SNAPSHOT_EVERY_S) < SNAPSHOT_EVERY_S:
+            return
+        self._saved_at[(partition, job)] = now
+        write_snapshot(self.table, stage_key(partition, job), self.nodes.snapshot(partition, job))
+        self.nodes.saved(partition, job)
         resume = self.nodes.resume_offset(partition, offset + 1)
         self.table[resume_key(partition)] = orjson.dumps(resume)
 
@@ -371,10 +414,15 @@ class SplitStages:
         """Partitions went to another worker: their node stages and gated jobs with them."""
         reports = self.node_reports.get_topic_name()
         shares = self.job_shares.get_topic_name()
+        gone = {tp.partition for tp in revoked if tp.topic == self.collective_topic}
+        if gone:
+            self.forwarder.drop(j for j in self.forwarder.jobs() if partition_of(j) in gone)
         for tp in revoked:
             if tp.topic == reports:
                 self.nodes.revoke(tp.partition)
                 self._ready.discard(tp.partition)
+                for key in [key for key in self._saved_at if key[0] == tp.partition]:
+                    del self._saved_at[key]
             elif tp.topic == shares:
                 for job in self.job_side.gate.jobs():
                     if partition_of(job) == tp.partition:

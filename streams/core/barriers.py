@@ -83,15 +83,24 @@ class Barrier:
 
 
 @dataclass(slots=True)
+class _Waiting:
+    """A barrier some sources handed on: the sources it was marked into (whose shares it
+    waits for) and, per source, its share and the latest event time of it."""
+
+    expected: set[int] = field(default_factory=set)
+    handed: dict[int, tuple[JobShare | None, int]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class _Gated:
     applied: int = NO_BARRIER
     passed: dict[int, int] = field(default_factory=dict)  # source -> latest barrier handed on
-    # barrier -> source -> (its share, the latest event time of it)
-    waiting: dict[int, dict[int, tuple[JobShare | None, int]]] = field(default_factory=dict)
+    waiting: dict[int, _Waiting] = field(default_factory=dict)  # barrier -> what came of it
 
 
 class ShareGate:
-    """The job stage's side: shares held until every one of ``sources`` passed a barrier."""
+    """The job stage's side: shares held until every source a barrier was marked into
+    passed it (of ``sources`` node-stage partitions)."""
 
     def __init__(self, sources: int) -> None:
         if sources < 1:
@@ -102,12 +111,30 @@ class ShareGate:
         self.duplicates = 0  # shares dropped as handed on before
 
     def offer(
-        self, job: str, source: int, barrier: int, share: JobShare | None, latest_ns: int
+        self,
+        job: str,
+        source: int,
+        barrier: int,
+        share: JobShare | None,
+        latest_ns: int,
+        marked: tuple[int, ...] | None = None,
     ) -> list[Barrier]:
-        """One source's share of a barrier (None: it took nothing of the job); the barriers
-        that completes, in order."""
+        """One source's share of a barrier (None: it took nothing of the job), and the
+        sources the barrier was marked into (None: every one); the barriers that
+        completes, in order.
+
+        A barrier is marked only into the partitions the job's reports went to, so a small
+        job's barriers wait for its few partitions, not for every one. The sources a
+        barrier waits for are all those any of its shares named (a forwarder restarted
+        from its last commit marks a barrier again, with at least the sources it named
+        before). A later barrier never names fewer sources, and a source hands its
+        barriers on in order, so once each source of a barrier passed it, every barrier
+        before it is in too."""
         if not 0 <= source < self.sources:
             message = f"share from source {source}: the gate has sources 0 to {self.sources - 1}"
+            raise ValueError(message)
+        if marked is not None and any(not 0 <= each < self.sources for each in marked):
+            message = f"a barrier marked into {marked}: sources are 0 to {self.sources - 1}"
             raise ValueError(message)
         gated = self._jobs.get(job)
         if gated is None:
@@ -116,13 +143,20 @@ class ShareGate:
             self.duplicates += 1
             return []
         gated.passed[source] = barrier
-        gated.waiting.setdefault(barrier, {})[source] = (share, latest_ns)
-        if len(gated.passed) < self.sources:
-            return []
-        through = min(gated.passed.values())
+        waiting = gated.waiting.get(barrier)
+        if waiting is None:
+            waiting = gated.waiting[barrier] = _Waiting()
+        waiting.expected.update(range(self.sources) if marked is None else marked)
+        waiting.expected.add(source)
+        waiting.handed[source] = (share, latest_ns)
         out: list[Barrier] = []
-        for number in sorted(b for b in gated.waiting if b <= through):
-            handed = gated.waiting.pop(number)
+        passed = gated.passed
+        for number in sorted(gated.waiting):
+            waiting = gated.waiting[number]
+            if any(passed.get(each, NO_BARRIER) < number for each in waiting.expected):
+                break
+            del gated.waiting[number]
+            handed = waiting.handed
             shares = tuple(share for _, (share, _ns) in sorted(handed.items()) if share is not None)
             latest = max((ns for _, ns in handed.values()), default=NOT_YET)
             out.append(Barrier(job, number, shares, latest))

@@ -15,6 +15,7 @@ record (issue 34). The Faust app (`streams.split_app`) only moves their records.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,20 +84,42 @@ def job_of_key(key: bytes) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """A record for the node stages' topic: a forwarded report (by its key's partition) or
-    a mark (``partition`` named)."""
+    """A record for the node stages' topic, for ``partition``: a forwarded report (the
+    partition of its key) or a mark."""
 
     key: bytes
     value: bytes
-    partition: int | None = None
+    partition: int
+    mark: bool = False
 
 
 class Forwarder:
-    """Reports on to the node stages; barrier marks before a report enters a new tick."""
+    """Reports on to the node stages; barrier marks before a report enters a new tick.
 
-    def __init__(self, tick_ns: int, partitions: int) -> None:
+    A job's barriers are marked only into the partitions its reports went to (its
+    *holders*): a small job's reports reach a partition or two, and marking each of its
+    barriers into every partition cost a mark, a share back and a snapshot per partition,
+    several times the job's own records. ``place`` is the partition of a forwarded
+    record's key. ``recall`` gives a job's holders as the forwarder before this one kept
+    them (a table), asked the first time a job is met: a forwarder restarted from its
+    last commit must not mark fewer partitions than the one before it did, or a node
+    stage holding the job's state would wait for a mark that never comes. Each time a job's
+    holders grow they are noted in ``grown``, for the runtime to keep before the report
+    that grew them is sent."""
+
+    def __init__(
+        self,
+        tick_ns: int,
+        partitions: int,
+        place: Callable[[bytes], int],
+        recall: Callable[[str], Iterable[int]] = lambda _job: (),
+    ) -> None:
         self.marks = BarrierMarks(tick_ns)
         self.partitions = partitions
+        self._place = place
+        self._recall = recall
+        self._holders: dict[str, set[int]] = {}
+        self.grown: list[tuple[str, tuple[int, ...]]] = []  # (job, its holders now)
         # job -> when (wall clock, seconds) its latest report was forwarded, while no
         # barrier was marked after it
         self._latest_s: dict[str, float] = {}
@@ -112,15 +135,32 @@ class Forwarder:
         if routed is None:
             # Not a report by its text: the node stage decodes it, and dead-letters it
             # with the decoder's own reason.
-            return [Outgoing(report_key(job, ""), raw)]
+            return [self._report(job, "", raw)]
         node, latest = routed
         out: list[Outgoing] = []
         if latest != NOT_YET:
             barrier = self.marks.due(job, latest)
             if barrier is not None:
-                out.extend(self.to_all(Mark(BARRIER, job, barrier)))
-        out.append(Outgoing(report_key(job, node), raw))
+                out.extend(self.to_holders(Mark(BARRIER, job, barrier)))
+        out.append(self._report(job, node, raw))
         return out
+
+    def _report(self, job: str, node: str, raw: bytes) -> Outgoing:
+        key = report_key(job, node)
+        partition = self._place(key)
+        holders = self.holders_of(job)
+        if partition not in holders:
+            holders.add(partition)
+            self.grown.append((job, tuple(sorted(holders))))
+        return Outgoing(key, raw, partition)
+
+    def holders_of(self, job: str) -> set[int]:
+        """The partitions ``job``'s reports went to (recalled the first time)."""
+        holders = self._holders.get(job)
+        if holders is None:
+            recalled = {p for p in self._recall(job) if 0 <= p < self.partitions}
+            holders = self._holders[job] = recalled
+        return holders
 
     def silent(self, now_s: float, after_s: float) -> list[Outgoing]:
         """Barrier marks for the jobs whose reports went silent ``after_s`` ago (wall
@@ -134,19 +174,39 @@ class Forwarder:
             del self._latest_s[job]
             barrier = self.marks.next(job)
             if barrier is not None:
-                out.extend(self.to_all(Mark(BARRIER, job, barrier)))
+                out.extend(self.to_holders(Mark(BARRIER, job, barrier)))
         return out
 
     def forget(self, job: str) -> None:
-        """The job stopped: its barriers start again with its next report."""
+        """The job stopped: its barriers start again with its next report, and so do the
+        partitions they are marked into."""
         self.marks.forget(job)
         self._latest_s.pop(job, None)
+        self._holders[job] = set()
+
+    def drop(self, jobs: Iterable[str]) -> None:
+        """These jobs' collective partitions went to another worker: what was kept of
+        their holders is recalled again if they come back."""
+        for job in jobs:
+            self._holders.pop(job, None)
+
+    def jobs(self) -> list[str]:
+        """The jobs whose holders it keeps."""
+        return list(self._holders)
+
+    def to_holders(self, mark: Mark) -> list[Outgoing]:
+        """A barrier mark for the partitions the job's reports went to, naming them."""
+        sources = tuple(sorted(self.holders_of(mark.job)))
+        marked = Mark(mark.kind, mark.job, mark.number, sources)
+        value = encode_mark(marked)
+        key = mark.job.encode()
+        return [Outgoing(key, value, p, mark=True) for p in sources]
 
     def to_all(self, mark: Mark) -> list[Outgoing]:
         """A mark for every node-stage partition."""
         value = encode_mark(mark)
         key = mark.job.encode()
-        return [Outgoing(key, value, p) for p in range(self.partitions)]
+        return [Outgoing(key, value, p, mark=True) for p in range(self.partitions)]
 
 
 class NodeSide:
@@ -210,8 +270,14 @@ class NodeSide:
             return None
         share, latest = stage.barrier_of(mark.job)
         self._marked[key] = (mark.number, offset)
-        self._unsaved.pop(key, None)  # the snapshot taken now holds it all
-        return ShareRecord(mark.job, partition, mark.number, latest, share)
+        return ShareRecord(mark.job, partition, mark.number, latest, share, mark.sources)
+
+    def saved(self, partition: int, job: str) -> None:
+        """The job's snapshot was kept right after its latest barrier here: it holds
+        everything read of the job so far. A barrier whose snapshot is not kept (they are
+        kept at most so often) leaves the resume offset where it was: a restarted worker
+        then reads more again, and hands on again the shares the job stage drops."""
+        self._unsaved.pop((partition, job), None)
 
     def resume_offset(self, partition: int, next_offset: int) -> int:
         """Where a restarted worker reads a partition again from (what it may commit): the
@@ -257,6 +323,5 @@ class JobSide:
         if not 0 <= record.source < self.gate.sources:
             message = f"a share from source {record.source} of {self.gate.sources}"
             raise WireError(message)
-        return self.gate.offer(
-            record.job, record.source, record.barrier, record.share, record.latest_ns
-        )
+        job, source, barrier = record.job, record.source, record.barrier
+        return self.gate.offer(job, source, barrier, record.share, record.latest_ns, record.sources)

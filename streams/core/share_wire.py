@@ -36,11 +36,15 @@ class WireError(StreamsError):
 @dataclass(frozen=True, slots=True)
 class Mark:
     """A mark into a node stage's partition: ``kind`` of ``MARK_KINDS``, for ``job``;
-    ``number`` is the barrier (`BARRIER`) or the restart count (`RUN`)."""
+    ``number`` is the barrier (`BARRIER`) or the restart count (`RUN`). A barrier names
+    the node-stage partitions it was marked into (``sources``: those the job's reports
+    went to; None: every partition), so the job stage's gate knows whose shares to wait
+    for."""
 
     kind: str
     job: str
     number: int = 0
+    sources: tuple[int, ...] | None = None
 
 
 # (comm, size, seq, op, nbytes, first_seen_ns, entered_ns, members, enters, ends, inferred):
@@ -74,6 +78,7 @@ class _RecordDocument(msgspec.Struct, frozen=True):
     barrier: int
     latest_ns: int
     share: _ShareDocument | None
+    sources: tuple[int, ...] | None = None  # absent in records of the first version
 
 
 _RECORD_DECODER = msgspec.json.Decoder(_RecordDocument)
@@ -89,11 +94,16 @@ class ShareRecord:
     barrier: int
     latest_ns: int
     share: JobShare | None
+    sources: tuple[int, ...] | None = None  # the partitions its mark went to (None: all)
 
 
 def encode_mark(mark: Mark) -> bytes:
     """A mark's bytes."""
-    return orjson.dumps({"v": WIRE_VERSION, "mark": mark.kind, "job": mark.job, "n": mark.number})
+    document: dict[str, Any] = {"v": WIRE_VERSION, "mark": mark.kind, "job": mark.job}
+    document["n"] = mark.number
+    if mark.sources is not None:
+        document["s"] = mark.sources
+    return orjson.dumps(document)
 
 
 def decode_mark(raw: bytes) -> Mark:
@@ -101,7 +111,8 @@ def decode_mark(raw: bytes) -> Mark:
     try:
         document = orjson.loads(raw)
         kind, job, number = document["mark"], document["job"], document["n"]
-    except (orjson.JSONDecodeError, KeyError, TypeError) as error:
+        sources = document.get("s")
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
         message = f"not a stage mark: {error}"
         raise WireError(message) from error
     valid = (
@@ -109,17 +120,23 @@ def decode_mark(raw: bytes) -> Mark:
         and kind in MARK_KINDS
         and isinstance(job, str)
         and type(number) is int
+        and (sources is None or _partition_list(sources))
     )
     if not valid:
         message = f"not a stage mark of version {WIRE_VERSION}: {raw[:120]!r}"
         raise WireError(message)
-    return Mark(kind, job, number)
+    return Mark(kind, job, number, None if sources is None else tuple(sources))
+
+
+def _partition_list(value: Any) -> bool:
+    """Whether a mark's sources are a list of partition numbers."""
+    return isinstance(value, list) and all(type(p) is int and p >= 0 for p in value)
 
 
 def encode_share(record: ShareRecord) -> bytes:
     """A share record's bytes (compressed JSON)."""
     share = record.share
-    document = {
+    document: dict[str, Any] = {
         "v": WIRE_VERSION,
         "job": record.job,
         "source": record.source,
@@ -127,6 +144,8 @@ def encode_share(record: ShareRecord) -> bytes:
         "latest_ns": record.latest_ns,
         "share": None if share is None else _share_document(share),
     }
+    if record.sources is not None:
+        document["sources"] = record.sources
     return zlib.compress(orjson.dumps(document), 1)
 
 
@@ -152,6 +171,7 @@ def decode_share(raw: bytes) -> ShareRecord:
         document.barrier,
         document.latest_ns,
         None if share is None else _share_of(document.job, share),
+        document.sources,
     )
 
 

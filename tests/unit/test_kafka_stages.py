@@ -58,20 +58,24 @@ class _Split:
     barriers: int = 0
     restarts: int = 0
     hold_shares: bool = False  # the shares left for the test to hand the job stage
+    snapshot_every: int = 1  # a node stage's snapshot of a job kept at every n-th barrier
 
     def __post_init__(self) -> None:
-        self.forwarder = Forwarder(self.engine.params.tick_ns, self.partitions)
+        partitions = self.partitions
+        self.forwarder = Forwarder(
+            self.engine.params.tick_ns, partitions, lambda key: _partition(key, partitions)
+        )
         self.nodes = NodeSide()
         self.job_side = JobSide(self.partitions)
         self.logs = [[] for _ in range(self.partitions)]
         self.read = [0] * self.partitions
         self.saved: dict[tuple[int, str], dict[str, object]] = {}
         self.committed = [0] * self.partitions  # what each partition's reader committed
+        self.marked: dict[tuple[int, str], int] = {}  # barriers handed on per (partition, job)
 
     def write(self, outgoing: list[Outgoing], position: int) -> None:
         for out in outgoing:
-            p = out.partition if out.partition is not None else _partition(out.key, self.partitions)
-            self.logs[p].append((out, position))
+            self.logs[out.partition].append((out, position))
 
     def feed(self, message: C4Model) -> None:
         if isinstance(message, Collective | Collectives):
@@ -116,7 +120,7 @@ class _Split:
             self.restart(p)
 
     def take(self, p: int, offset: int, out: Outgoing, position: int) -> None:
-        if out.partition is None:
+        if not out.mark:
             job = job_of_key(out.key)
             assert job is not None
             assert not self.nodes.on_report(p, offset, out.value, job, position)
@@ -125,8 +129,11 @@ class _Split:
         record = self.nodes.on_mark(p, offset, mark)
         if record is None:
             return
-        self.saved[(p, mark.job)] = self.nodes.snapshot(p, mark.job)
-        self.committed[p] = self.nodes.resume_offset(p, offset + 1)
+        marked = self.marked[(p, mark.job)] = self.marked.get((p, mark.job), -1) + 1
+        if marked % self.snapshot_every == 0:  # kept at most so often, as live
+            self.saved[(p, mark.job)] = self.nodes.snapshot(p, mark.job)
+            self.nodes.saved(p, mark.job)
+            self.committed[p] = self.nodes.resume_offset(p, offset + 1)
         raw = encode_share(record)
         self.shares.append(raw)
         if self.rng is not None and self.rng.random() < self.redeliver:
@@ -185,13 +192,14 @@ def test_every_fault_kind_is_named_as_one_detector_names_it(kind: str) -> None:
 def test_interleaved_partitions_shares_twice_and_restarts_name_the_same(kind: str) -> None:
     messages, topology = _messages(kind)
     calm = _named(_Split(Engine(topology=topology), 3).run(messages))  # type: ignore[arg-type]
-    for seed in (1, 2):
+    for seed, snapshot_every in ((1, 1), (2, 1), (3, 4)):
         rough = _Split(
             Engine(topology=topology),  # type: ignore[arg-type]
             3,
             rng=random.Random(seed),
             redeliver=0.2,
             restart_chance=0.01,
+            snapshot_every=snapshot_every,
         )
         named = _named(rough.run(messages))
         firing = {n for n in calm if n[1] == "firing"}
@@ -216,17 +224,66 @@ def test_the_gate_waits_for_every_source_and_lets_barriers_through_in_order() ->
     assert [b.number for b in restored.offer("j", 0, 10, None, 0)] == [10]
 
 
+def _by_node(key: bytes) -> int:
+    """Partitions by the node a report key names: n0 -> 0, n1 -> 1, ..."""
+    node = orjson.loads(key)[1]
+    return int(node[1:]) if node else 0
+
+
 def test_a_job_marks_a_barrier_when_its_reports_enter_a_new_tick() -> None:
-    forwarder = Forwarder(tick_ns=100, partitions=3)
-    report = b'{"v":1,"kind":"collective","job":"j","node":"n1","ts_ns":%d}'
-    assert len(forwarder.forward(report % 150, "j")) == 1  # the first: nothing before it
-    assert len(forwarder.forward(report % 199, "j")) == 1
-    marked = forwarder.forward(report % 205, "j")
-    assert [o.partition for o in marked] == [0, 1, 2, None]
-    assert decode_mark(marked[0].value).number == 2
+    forwarder = Forwarder(tick_ns=100, partitions=3, place=_by_node)
+    report = b'{"v":1,"kind":"collective","job":"j","node":"n%d","ts_ns":%d}'
+    first = forwarder.forward(report % (1, 150), "j")
+    assert [(o.partition, o.mark) for o in first] == [(1, False)]  # nothing before it
+    assert forwarder.grown == [("j", (1,))]
+    assert len(forwarder.forward(report % (2, 199), "j")) == 1
+    assert forwarder.grown[-1] == ("j", (1, 2))
+    marked = forwarder.forward(report % (1, 205), "j")
+    # Marked into the partitions the job's reports went to, naming them; not into 0.
+    assert [(o.partition, o.mark) for o in marked] == [(1, True), (2, True), (1, False)]
+    assert decode_mark(marked[0].value) == Mark("barrier", "j", 2, (1, 2))
     assert job_of_key(marked[-1].key) == "j"
     other = forwarder.forward(b'{"kind":"link","node":"x"}', "k")  # not a report: decoded on
-    assert [o.partition for o in other] == [None] and job_of_key(other[0].key) == "k"
+    assert [o.partition for o in other] == [0] and job_of_key(other[0].key) == "k"
+    assert [o.partition for o in forwarder.to_all(Mark(RUN, "j", 1))] == [0, 1, 2]
+
+
+def test_a_forwarder_restarted_marks_every_partition_its_job_went_to_before() -> None:
+    kept: dict[str, tuple[int, ...]] = {}
+    report = b'{"v":1,"kind":"collective","job":"j","node":"n%d","ts_ns":%d}'
+    before = Forwarder(tick_ns=100, partitions=4, place=_by_node)
+    before.forward(report % (3, 150), "j")
+    before.forward(report % (1, 160), "j")
+    kept.update(before.grown)
+    # The next one reads again from its last commit: only node n1 reports after it. Its
+    # barriers still reach partition 3, whose node stage holds the job's state.
+    after = Forwarder(tick_ns=100, partitions=4, place=_by_node, recall=lambda j: kept.get(j, ()))
+    after.forward(report % (1, 170), "j")
+    marked = after.forward(report % (1, 250), "j")
+    assert [o.partition for o in marked if o.mark] == [1, 3]
+    assert decode_mark(marked[0].value).sources == (1, 3)
+    assert after.grown == []  # nothing new to keep
+    after.forget("j")
+    assert after.holders_of("j") == set()  # a stopped job starts again, not recalled
+    after.drop(["j"])
+    assert after.holders_of("j") == {1, 3}  # its partition came back: recalled again
+
+
+def test_the_gate_waits_only_for_the_sources_a_barrier_was_marked_into() -> None:
+    gate = ShareGate(4)
+    assert gate.offer("small", 2, 5, None, 10, (0, 2)) == []
+    assert [b.number for b in gate.offer("small", 0, 5, None, 20, (0, 2))] == [5]
+    # A source that joins later is waited for from the barrier that names it on.
+    assert gate.offer("small", 0, 6, None, 30, (0, 2, 3)) == []
+    assert gate.offer("small", 2, 6, None, 30, (0, 2, 3)) == []
+    assert [b.number for b in gate.offer("small", 3, 6, None, 40, (0, 2, 3))] == [6]
+    # Barriers go through in order: 8 waits for 7 although all of 8's sources passed it.
+    assert gate.offer("small", 0, 7, None, 0, (0, 2, 3)) == []
+    assert gate.offer("small", 2, 7, None, 0, (0, 2, 3)) == []
+    assert gate.offer("small", 2, 8, None, 0, (2,)) == []
+    assert [b.number for b in gate.offer("small", 3, 8, None, 0, (2, 3))] == [7, 8]
+    with pytest.raises(ValueError, match="marked into"):
+        gate.offer("small", 0, 9, None, 0, (0, 4))
 
 
 def test_a_node_stage_rejects_what_its_text_misnamed_and_what_does_not_decode() -> None:
@@ -241,7 +298,16 @@ def test_a_node_stage_rejects_what_its_text_misnamed_and_what_does_not_decode() 
 
 
 def test_records_of_the_stages_that_are_not_theirs_are_wire_errors() -> None:
-    for raw in (b"", b"{}", b'{"v":1,"mark":"explode","job":"j","n":1}', b'{"v":2}'):
+    bad_marks = (
+        b"",
+        b"{}",
+        b"[]",
+        b'{"v":1,"mark":"explode","job":"j","n":1}',
+        b'{"v":2}',
+        b'{"v":1,"mark":"barrier","job":"j","n":1,"s":[-1]}',
+        b'{"v":1,"mark":"barrier","job":"j","n":1,"s":"0"}',
+    )
+    for raw in bad_marks:
         with pytest.raises(WireError):
             decode_mark(raw)
     for raw in (b"", b"not zlib", encode_share(ShareRecord("j", 0, 1, 0, None))[:-3]):
@@ -278,16 +344,19 @@ def test_a_share_crosses_the_wire_unchanged() -> None:
     job, share, latest = _one_share()
     record = decode_share(encode_share(ShareRecord(job, 1, 7, latest, share)))
     assert record == ShareRecord(job, 1, 7, latest, share)
+    marked = ShareRecord(job, 1, 7, latest, share, (1, 3))
+    assert decode_share(encode_share(marked)) == marked
 
 
 def test_a_silent_job_gets_a_barrier_of_its_own_so_nothing_waits_at_the_node_stages() -> None:
-    forwarder = Forwarder(tick_ns=100, partitions=2)
-    report = b'{"v":1,"kind":"collective","job":"j","node":"n1","ts_ns":%d}'
-    forwarder.forward(report % 150, "j", now_s=10.0)
-    forwarder.forward(report % 160, "j", now_s=10.2)
+    forwarder = Forwarder(tick_ns=100, partitions=2, place=_by_node)
+    report = b'{"v":1,"kind":"collective","job":"j","node":"n%d","ts_ns":%d}'
+    forwarder.forward(report % (0, 150), "j", now_s=10.0)
+    forwarder.forward(report % (1, 160), "j", now_s=10.2)
     assert forwarder.silent(10.6, after_s=0.5) == []  # 0.4 s: not silent yet
     marks = forwarder.silent(10.7, after_s=0.5)
     assert [(o.partition, decode_mark(o.value).number) for o in marks] == [(0, 2), (1, 2)]
+    report = b'{"v":1,"kind":"collective","job":"j","node":"n1","ts_ns":%d}'
     assert forwarder.silent(20.0, after_s=0.5) == []  # once per silence
     assert len(forwarder.forward(report % 170, "j", now_s=21.0)) == 1  # tick 1: before 2
     assert len(forwarder.forward(report % 250, "j", now_s=21.1)) == 1  # tick 2: marked
