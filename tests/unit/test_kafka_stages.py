@@ -11,6 +11,7 @@ import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
+import msgspec
 import orjson
 import pytest
 
@@ -310,18 +311,21 @@ def test_records_of_the_stages_that_are_not_theirs_are_wire_errors() -> None:
     for raw in bad_marks:
         with pytest.raises(WireError):
             decode_mark(raw)
-    for raw in (b"", b"not zlib", encode_share(ShareRecord("j", 0, 1, 0, None))[:-3]):
+    empty = encode_share(ShareRecord("j", 0, 1, 0, None))
+    for raw in (b"", b"x", b"\x78not zlib", empty[:-3], zlib.compress(empty[:-3])):
         with pytest.raises(WireError):
             decode_share(raw)
-    # A share whose rows are not of their types never reaches the job stage.
+    # A share whose rows are not of their types never reaches the job stage, in either
+    # format (MessagePack; compressed JSON, the first one).
     job, share, latest = _one_share()
-    document = orjson.loads(zlib.decompress(encode_share(ShareRecord(job, 0, 1, latest, share))))
-    for field_name, bad in (("times", ["x"]), ("seen", [[1, 2]]), ("parts", [["c", 1]])):
-        broken = {**document, "share": {**document["share"], field_name: bad}}
-        with pytest.raises(WireError, match="not a share record"):
-            decode_share(zlib.compress(orjson.dumps(broken)))
-    with pytest.raises(WireError, match="version 2"):
-        decode_share(zlib.compress(orjson.dumps({**document, "v": 2})))
+    document = msgspec.msgpack.decode(encode_share(ShareRecord(job, 0, 1, latest, share)))
+    for encoded in (msgspec.msgpack.encode, lambda d: zlib.compress(orjson.dumps(d))):
+        for field_name, bad in (("times", ["x"]), ("seen", [[1, 2]]), ("parts", [["c", 1]])):
+            broken = {**document, "share": {**document["share"], field_name: bad}}
+            with pytest.raises(WireError, match="not a share record"):
+                decode_share(encoded(broken))
+        with pytest.raises(WireError, match="version 2"):
+            decode_share(encoded({**document, "v": 2}))
     side = JobSide(2)
     with pytest.raises(WireError, match="source 5"):
         side.on_share(encode_share(ShareRecord("j", 5, 1, 0, None)))
@@ -346,6 +350,9 @@ def test_a_share_crosses_the_wire_unchanged() -> None:
     assert record == ShareRecord(job, 1, 7, latest, share)
     marked = ShareRecord(job, 1, 7, latest, share, (1, 3))
     assert decode_share(encode_share(marked)) == marked
+    # A record of the first format (compressed JSON, no sources) still reads the same.
+    document = msgspec.msgpack.decode(encode_share(ShareRecord(job, 1, 7, latest, share)))
+    assert decode_share(zlib.compress(orjson.dumps(document), 1)) == record
 
 
 def test_a_silent_job_gets_a_barrier_of_its_own_so_nothing_waits_at_the_node_stages() -> None:
