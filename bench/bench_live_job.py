@@ -22,6 +22,9 @@ job CPU column says how much of the work stays with it (issue 34, part 2).
 
     python bench/bench_live_job.py [--ranks 1024,4096] [--workers 1,2] [--baseline REF]
         [--split] [--no-single]
+
+With ``--split`` the batched job is also drained by split workers (`c4 streams worker
+--split`), of this tree and of the baseline where it has them.
 """
 
 from __future__ import annotations
@@ -276,6 +279,11 @@ def main() -> int:
                 plan.append((f"baseline {args.baseline}", baseline, single, 1, False))
             if _knows_node_batches(baseline):
                 plan.append((f"baseline {args.baseline}", baseline, batched, 1, False))
+            if args.split and (baseline / "streams" / "split_app.py").exists():
+                plan.extend(
+                    (f"base {args.baseline} split", baseline, batched, count, True)
+                    for count in counts
+                )
         for label, tree, job, workers, split in plan:
             offered = job.operations / job.event_s
             per_rank = offered / ranks
