@@ -245,6 +245,9 @@ def main() -> int:
         help="the batched job also drained by split workers (one job over the workers)",
     )
     parser.add_argument("--no-single", action="store_true", help="skip the unbatched job")
+    parser.add_argument(
+        "--split-only", action="store_true", help="with --split: only the split workers' rows"
+    )
     args = parser.parse_args()
     sizes = [int(size) for size in args.ranks.split(",")]
     counts = [int(count) for count in args.workers.split(",")]
@@ -267,7 +270,7 @@ def main() -> int:
     )
     for ranks in sizes:
         batched = simulate_job(work, ranks, args.duration_s, node_batches=True)
-        plan = [("this tree", REPO, batched, count, False) for count in counts]
+        plan = [] if args.split_only else [("this tree", REPO, batched, c, False) for c in counts]
         if args.split:
             plan.extend(("this tree split", REPO, batched, count, True) for count in counts)
         single = None
@@ -277,7 +280,7 @@ def main() -> int:
         if baseline is not None:
             if single is not None:
                 plan.append((f"baseline {args.baseline}", baseline, single, 1, False))
-            if _knows_node_batches(baseline):
+            if _knows_node_batches(baseline) and not args.split_only:
                 plan.append((f"baseline {args.baseline}", baseline, batched, 1, False))
             if args.split and (baseline / "streams" / "split_app.py").exists():
                 plan.extend(

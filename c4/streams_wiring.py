@@ -8,6 +8,7 @@ arguments win over them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,6 +18,8 @@ from c4 import C4Error
 if TYPE_CHECKING:
     from c4.settings import Settings
     from streams.detection_app import DetectionWorker
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SESSION_TIMEOUT_S = 60.0
 DEFAULT_METRICS_PORT = 9464
@@ -103,6 +106,8 @@ def build_streams_worker(settings: Settings, options: StreamsOptions) -> Detecti
     check_kafka_access(settings, timeout_s=5.0, require_answer=False)
     credentials = faust_credentials(settings)
     app_id = options.app_id or settings.names.streams_app_id
+    if options.split:
+        _create_split_topics(settings, app_id)
     app_settings: dict[str, object] = {
         # Faust keeps a small folder per app (its table metadata); not in the current folder.
         "datadir": str(settings.deployment_dir / "faust" / app_id),
@@ -127,3 +132,16 @@ def build_streams_worker(settings: Settings, options: StreamsOptions) -> Detecti
         split=options.split,
     )
     return create_detection_app(config)
+
+
+def _create_split_topics(settings: Settings, app_id: str) -> None:
+    """The split's internal topics, before the app subscribes to them (see
+    `streams.split_app.internal_topics`). A broker that does not answer yet is left to
+    Faust, which declares them as it starts."""
+    from c4.topics import TopicError, create_named_topics
+    from streams.split_app import internal_topics
+
+    try:
+        create_named_topics(settings, internal_topics(app_id), settings.topic_partitions)
+    except TopicError as error:
+        log.warning("the split's topics were not created before the start: %s", error)

@@ -5,7 +5,7 @@ For `c4 topics` and for the demo, which creates its run's own."""
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException
@@ -61,15 +61,28 @@ def create_topics(
     # dict.fromkeys: keeps the order, drops a name given twice (the admin API rejects those).
     here = TopicNames(settings.topic_prefix)
     names = list(dict.fromkeys(here.of(topic) for topic in topics))
+    configs = {name: {"retention.ms": str(retention)} for name in names}
+    return create_named_topics(settings, configs, count, timeout_s)
+
+
+def create_named_topics(
+    settings: Settings,
+    configs: Mapping[str, Mapping[str, str]],
+    partitions: int,
+    timeout_s: float = ADMIN_TIMEOUT_S,
+) -> list[tuple[str, str]]:
+    """Create topics by name, each with its config (replication 1); each comes back as
+    (name, "created" | "exists"), one that exists left as it is."""
+    names = list(configs)
     if not names:
         return []
     admin = _admin(settings)
     new_topics = [
         NewTopic(
             name,
-            num_partitions=count,
+            num_partitions=partitions,
             replication_factor=1,
-            config={"retention.ms": str(retention)},
+            config=dict(configs[name]),
         )
         for name in names
     ]

@@ -74,6 +74,17 @@ GAP_RETRY_S = 0.5
 GAP_RETRY_MAX_S = 10.0
 
 
+def internal_topics(app_id: str) -> dict[str, dict[str, str]]:
+    """The split's internal topics by name, with their configs. Created before the workers
+    start (`c4.streams_wiring`): two workers starting together each declared them as they
+    subscribed, and one group came up with ``job-shares`` left out of its subscription
+    (aiokafka "Ignoring missing topic"), its shares never read."""
+    return {
+        f"{app_id}-node-reports": {},
+        f"{app_id}-job-shares": {"max.message.bytes": str(MAX_SHARE_BYTES)},
+    }
+
+
 def place(key: bytes, partitions: int) -> int:
     """The node-reports partition of a forwarded report's key (Kafka's murmur2, as the
     producer would pick it; named here so that the forwarder knows where a job's reports
@@ -143,15 +154,12 @@ class SplitStages:
         self.nodes = NodeSide()
         self.job_side = JobSide(partitions)
         raw: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
+        (reports, reports_config), (shares, shares_config) = internal_topics(app_id).items()
         self.node_reports = app.topic(
-            f"{app_id}-node-reports", partitions=partitions, internal=True, **raw
+            reports, partitions=partitions, internal=True, config=reports_config, **raw
         )
         self.job_shares = app.topic(
-            f"{app_id}-job-shares",
-            partitions=partitions,
-            internal=True,
-            config={"max.message.bytes": str(MAX_SHARE_BYTES)},
-            **raw,
+            shares, partitions=partitions, internal=True, config=shares_config, **raw
         )
         self._deadletters = app.topic(deadletter_topic, partitions=partitions, **raw)
         self.table: TableT[bytes, bytes] = app.tables.add(  # type: ignore[assignment]
@@ -226,6 +234,8 @@ class SplitStages:
                 self.forwarder.forget(message.job)
                 if self.holders.get(message.job.encode()) is not None:
                     del self.holders[message.job.encode()]
+                for key in [key for key in self._saved_at if key[1] == message.job]:
+                    del self._saved_at[key]
                 await self._mark_all(Mark(FORGET, message.job))
 
     async def on_timer(self) -> None:
