@@ -203,9 +203,9 @@ class SplitStages:
                 )
 
     def _keep_holders(self) -> None:
-        """Grown holders into their table, before the report that grew them is sent: the
-        producer sends in order and a commit flushes it first, so a forwarder restarted
-        from its last commit recalls every partition a report of the job went to."""
+        """Grown holders into their table. A commit flushes the producer first, table
+        writes included, so a forwarder restarted from its last commit recalls every
+        partition a committed report went to, and reads the others again."""
         for job, holders in self.forwarder.grown:
             self.holders[job.encode()] = orjson.dumps(holders)
         self.forwarder.grown.clear()

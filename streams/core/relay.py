@@ -104,8 +104,7 @@ class Forwarder:
     them (a table), asked the first time a job is met: a forwarder restarted from its
     last commit must not mark fewer partitions than the one before it did, or a node
     stage holding the job's state would wait for a mark that never comes. Each time a job's
-    holders grow they are noted in ``grown``, for the runtime to keep before the report
-    that grew them is sent."""
+    holders grow they are noted in ``grown``, for the runtime to keep."""
 
     def __init__(
         self,
