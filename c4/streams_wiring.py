@@ -142,6 +142,7 @@ def _create_split_topics(settings: Settings, app_id: str) -> None:
     from streams.split_app import internal_topics
 
     try:
-        create_named_topics(settings, internal_topics(app_id), settings.topic_partitions)
+        topics = internal_topics(app_id)
+        create_named_topics(settings, topics, settings.topic_partitions, timeout_s=10.0)
     except TopicError as error:
         log.warning("the split's topics were not created before the start: %s", error)
