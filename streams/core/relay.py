@@ -319,8 +319,12 @@ class JobSide:
 
     def offer(self, record: ShareRecord) -> list[Barrier]:
         """A decoded share record: the barriers it completes."""
-        if not 0 <= record.source < self.gate.sources:
-            message = f"a share from source {record.source} of {self.gate.sources}"
+        sources = self.gate.sources
+        if not 0 <= record.source < sources:
+            message = f"a share from source {record.source} of {sources}"
+            raise WireError(message)
+        if record.sources is not None and any(not 0 <= s < sources for s in record.sources):
+            message = f"a share of a barrier marked into {record.sources}, of {sources}"
             raise WireError(message)
         job, source, barrier = record.job, record.source, record.barrier
         return self.gate.offer(job, source, barrier, record.share, record.latest_ns, record.sources)

@@ -329,6 +329,10 @@ def test_records_of_the_stages_that_are_not_theirs_are_wire_errors() -> None:
     side = JobSide(2)
     with pytest.raises(WireError, match="source 5"):
         side.on_share(encode_share(ShareRecord("j", 5, 1, 0, None)))
+    # A barrier said to be marked into a partition the gate does not have is a wire
+    # error (a dead letter), not an exception that stops the job stage's agent.
+    with pytest.raises(WireError, match="marked into"):
+        side.on_share(encode_share(ShareRecord("j", 1, 1, 0, None, (0, 7))))
 
 
 def _one_share() -> tuple[str, JobShare, int]:
