@@ -250,6 +250,7 @@ class DetectionFlow:
                 engine=self.stage,
                 publish=self._send,
                 metrics=metrics,
+                place=topics.partition,
                 forwarded=self._forwarded,
             )
         self._diagnoses = self.app.topic(

@@ -31,7 +31,6 @@ from typing import Any, cast
 import aiokafka
 import faust
 import orjson
-from aiokafka.partitioner import murmur2
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth, server_list
 from faust.types import TP, TableT
 
@@ -85,13 +84,6 @@ def internal_topics(app_id: str) -> dict[str, dict[str, str]]:
     }
 
 
-def place(key: bytes, partitions: int) -> int:
-    """The node-reports partition of a forwarded report's key (Kafka's murmur2, as the
-    producer would pick it; named here so that the forwarder knows where a job's reports
-    went)."""
-    return int(murmur2(key) & 0x7FFFFFFF) % partitions
-
-
 def stage_key(partition: int, job: str) -> bytes:
     """The ``node-stage`` table's key of a job's snapshot in one partition's node stage."""
     return b"@%d:" % partition + job.encode()
@@ -137,6 +129,7 @@ class SplitStages:
         engine: Engine,
         publish: Publish,
         metrics: StreamMetrics,
+        place: Callable[[bytes], int],
         forwarded: Callable[[Any, int, int], None] = lambda _tp, _offset, _ns: None,
     ) -> None:
         self.app = app
@@ -148,9 +141,9 @@ class SplitStages:
         self._publish = publish
         self.metrics = metrics
         self._forwarded = forwarded  # (topic partition, offset, event time) of each record
-        self.forwarder = Forwarder(
-            tick_ns, partitions, lambda key: place(key, partitions), self._recall_holders
-        )
+        # ``place``: a key's partition as the producer picks it (the forwarder names
+        # each report's, so that it knows where a job's reports went)
+        self.forwarder = Forwarder(tick_ns, partitions, place, self._recall_holders)
         self.nodes = NodeSide()
         self.job_side = JobSide(partitions)
         raw: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
