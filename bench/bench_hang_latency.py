@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-from bench_live_job import cpu_seconds, start_workers, wait_assigned
+from bench_live_job import cpu_seconds, delete_topics, start_workers, wait_assigned
 from bench_replay_scale import data_parallel
 from bench_streams import BOOTSTRAP, REPO, metric, producer, send
 from confluent_kafka import Consumer
@@ -195,7 +195,7 @@ def paced_run(job: Scenario, workers: int, rate: float, work: Path, split: bool 
     """Workers on fresh topics, the scenario produced in event time, the hangs' latencies
     (``split``: each job's detection spread over the workers, ``--split``)."""
     prefix = f"bench.hang.{uuid.uuid4().hex[:6]}."
-    ports, processes = start_workers(REPO, prefix, "bench-hang", workers, work, split)
+    ports, processes, app_id = start_workers(REPO, prefix, "bench-hang", workers, work, split)
     watch = DiagnosisWatch(prefix + TOPICS_BY_KIND["diagnosis"].name)
     name = 'c4_stream_operations_total{training_job="job-dp"}'
     try:
@@ -234,6 +234,7 @@ def paced_run(job: Scenario, workers: int, rate: float, work: Path, split: bool 
             process.terminate()
         for process in processes:
             process.wait(60)
+        delete_topics((prefix, app_id))
     job_worker = max(range(workers), key=lambda index: counts[index])
     share = cpu[job_worker] / max(sum(cpu), 1e-9)
     hangs = []

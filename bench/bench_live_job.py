@@ -45,6 +45,7 @@ import orjson
 from bench_replay import export
 from bench_replay_scale import build_baseline, data_parallel
 from bench_streams import BOOTSTRAP, REPO, free_port, metric, peak_rss_mib, producer, send
+from confluent_kafka.admin import AdminClient
 
 from schemas.topics import TOPICS_BY_KIND
 from streams.core import native
@@ -133,7 +134,7 @@ def drain(tree: Path, job: Simulated, work: Path, workers: int, split: bool = Fa
     partitions, the job is produced and drained. Their rate over the steady part, the
     largest one's peak memory, and the share of their CPU time the job's worker took."""
     prefix = f"bench.live.{uuid.uuid4().hex[:6]}."
-    ports, processes = start_workers(tree, prefix, "bench-live", workers, work, split)
+    ports, processes, app_id = start_workers(tree, prefix, "bench-live", workers, work, split)
     name = 'c4_stream_operations_total{training_job="job-dp"}'
     marks: list[tuple[float, float, list[float], list[float]]] = []
     try:
@@ -156,6 +157,7 @@ def drain(tree: Path, job: Simulated, work: Path, workers: int, split: bool = Fa
             process.terminate()
         for process in processes:
             process.wait(60)
+        delete_topics((prefix, app_id))
     if count < job.operations:
         message = f"the workers took {count:.0f} of {job.operations} operations in 30 minutes"
         raise RuntimeError(message)
@@ -170,10 +172,10 @@ def drain(tree: Path, job: Simulated, work: Path, workers: int, split: bool = Fa
 
 def start_workers(
     tree: Path, prefix: str, group: str, workers: int, work: Path, split: bool = False
-) -> tuple[list[int], list[subprocess.Popen[bytes]]]:
+) -> tuple[list[int], list[subprocess.Popen[bytes]], str]:
     """Fresh topics under ``prefix``, then ``workers`` workers of ``tree`` in one new group
     on them (their logs in ``work``; ``split``: one job spread over them): each one's
-    metrics port and process."""
+    metrics port and process, and the group's app id (its internal topics' prefix)."""
     env = dict(
         os.environ, PYTHONPATH=str(tree), C4_TOPIC_PREFIX=prefix, C4_KAFKA_BOOTSTRAP=BOOTSTRAP
     )
@@ -198,7 +200,16 @@ def start_workers(
             processes.append(
                 subprocess.Popen(argv, env=env, cwd=tree, stdout=out, stderr=out)  # noqa: S603
             )
-    return ports, processes
+    return ports, processes, app_id
+
+
+def delete_topics(prefixes: tuple[str, ...]) -> None:
+    """Delete a run's topics: the broker keeps every one until deleted, and thousands of
+    partitions left by earlier runs make its next start recover each one's log."""
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    names = [name for name in admin.list_topics(timeout=30).topics if name.startswith(prefixes)]
+    for future in admin.delete_topics(names, operation_timeout=60).values() if names else []:
+        future.result(90)
 
 
 def wait_assigned(ports: list[int], processes: list[subprocess.Popen[bytes]]) -> None:

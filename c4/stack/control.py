@@ -12,7 +12,13 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
-from c4.stack.kafka import KAFKA_READY_TIMEOUT_S, kafka_component, kafka_probe, start_kafka
+from c4.stack.kafka import (
+    KAFKA_BUSY_LIMIT_S,
+    KAFKA_READY_TIMEOUT_S,
+    kafka_component,
+    kafka_probe,
+    start_kafka,
+)
 from c4.stack.redis import REDIS_READY_TIMEOUT_S, redis_component, redis_probe, start_redis
 from c4.stack.supervise import (
     HOST,
@@ -91,7 +97,13 @@ def stack_up(settings: Settings, progress: Progress | None = None) -> list[Compo
             pid = reused.get(component.name) or started[component.name][0]
             if progress is not None and component.name in started:
                 progress(f"{component.name}: waiting for {component.address} (pid {pid})")
-            wait_ready(component, pid, probes[component.name], timeouts[component.name])
+            wait_ready(
+                component,
+                pid,
+                probes[component.name],
+                timeouts[component.name],
+                busy_limit_s=KAFKA_BUSY_LIMIT_S if component.name == "kafka" else None,
+            )
             if component.name in reused:
                 detail = "already running"
             else:

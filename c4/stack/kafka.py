@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from c4.settings import Settings
 
 KAFKA_READY_TIMEOUT_S = 90.0
+# A broker that keeps logging (recovering its partitions' logs) is given up to this long.
+KAFKA_BUSY_LIMIT_S = 1800.0
 FORMAT_TIMEOUT_S = 120.0
 
 

@@ -311,12 +311,31 @@ def run_tool(argv: list[str], log_file: Path, timeout_s: float, what: str) -> No
 # --- waiting -----------------------------------------------------------------------------------
 
 
+def _log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
 def wait_ready(
-    component: Component, pid: int, probe: Callable[[float], bool], timeout_s: float
+    component: Component,
+    pid: int,
+    probe: Callable[[float], bool],
+    timeout_s: float,
+    busy_limit_s: float | None = None,
 ) -> None:
     """Return once ``probe`` answers; StackError (with the log's last line) if ``pid`` exits
-    first or ``timeout_s`` passes."""
-    deadline = time.monotonic() + timeout_s
+    first or ``timeout_s`` passes.
+
+    With ``busy_limit_s``, ``timeout_s`` counts only the time in which the component's log did
+    not grow: a broker recovering thousands of partitions after an unclean stop logs a line per
+    partition for minutes and then answers, and killing it then would only start it over. It
+    still gives up after ``busy_limit_s`` in all.
+    """
+    began = time.monotonic()
+    quiet_since = began
+    logged = _log_size(component.log_file)
     while True:
         if not alive(pid):
             message = (
@@ -324,13 +343,27 @@ def wait_ready(
                 f" (log {component.log_file})"
             )
             raise StackError(message)
-        remaining = deadline - time.monotonic()
-        if probe(min(5.0, max(0.5, remaining))):
+        now = time.monotonic()
+        if busy_limit_s is not None:
+            size = _log_size(component.log_file)
+            if size != logged:
+                logged, quiet_since = size, now
+        deadline = quiet_since + timeout_s
+        if busy_limit_s is not None:
+            deadline = min(deadline, began + busy_limit_s)
+        if probe(min(5.0, max(0.5, deadline - now))):
             return
         if time.monotonic() >= deadline:
+            waited = time.monotonic() - began
+            quiet = (
+                ""
+                if busy_limit_s is None
+                else f" ({time.monotonic() - quiet_since:.0f} s without a log line)"
+            )
             message = (
                 f"{component.name} did not answer on {component.address} within"
-                f" {timeout_s:.0f} s: {last_line(component.log_file)} (log {component.log_file})"
+                f" {waited:.0f} s{quiet}: {last_line(component.log_file)}"
+                f" (log {component.log_file})"
             )
             raise StackError(message)
         time.sleep(0.2)

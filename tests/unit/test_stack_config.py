@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from c4.stack import (
     stack_status,
     stack_up,
 )
-from c4.stack.supervise import last_line
+from c4.stack.supervise import Component, last_line, wait_ready
 
 
 def free_ports(count: int) -> list[int]:
@@ -215,3 +216,44 @@ def test_cli_up_on_taken_port_is_exit_1(
     error = capsys.readouterr().err
     assert error.startswith(f"c4: error: port {listener} on 127.0.0.1 is taken")
     assert "C4_STACK_REDIS_PORT" in error
+
+
+def _logging_child(log: Path, seconds: float) -> subprocess.Popen[bytes]:
+    """A live process standing in for a broker: it appends a line to ``log`` every 50 ms for
+    ``seconds`` (a broker recovering its partitions), then only sleeps."""
+    script = (
+        "import sys, time\n"
+        f"end = time.monotonic() + {seconds}\n"
+        "while time.monotonic() < end:\n"
+        f"    open({str(log)!r}, 'a').write('INFO loaded a partition\\n'); time.sleep(0.05)\n"
+        "time.sleep(60)\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", script])
+
+
+def test_a_component_that_keeps_logging_is_waited_for_past_the_timeout(tmp_path: Path) -> None:
+    component = Component("kafka", tmp_path, ((free_ports(1)[0], "C4_STACK_KAFKA_PORT"),))
+    child = _logging_child(component.log_file, 1.5)
+    answers_after = time.monotonic() + 1.2
+    try:
+        # Quiet for at most 0.5 s at a time, so a log that grows keeps the wait going.
+        wait_ready(component, child.pid, lambda _: time.monotonic() >= answers_after, 0.5, 30.0)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_component_whose_log_stops_growing_times_out_naming_the_quiet(tmp_path: Path) -> None:
+    component = Component("kafka", tmp_path, ((free_ports(1)[0], "C4_STACK_KAFKA_PORT"),))
+    child = _logging_child(component.log_file, 1.5)
+    try:
+        # The overall limit holds even while the log keeps growing.
+        with pytest.raises(StackError, match="did not answer"):
+            wait_ready(component, child.pid, lambda _: False, 0.6, 0.3)
+        began = time.monotonic()
+        with pytest.raises(StackError, match=r"without a log line\): INFO loaded a partition"):
+            wait_ready(component, child.pid, lambda _: False, 0.6, 30.0)
+        assert time.monotonic() - began < 10
+    finally:
+        child.kill()
+        child.wait()
