@@ -225,7 +225,7 @@ class ShardComm:
                 ]
                 for seq, op in self.open.items()
             ],
-            "handed": [[seq, known] for seq, known in self.handed.items()],
+            "handed_runs": handed_runs(self.handed),
             "floor": self.floor,
             "through": [
                 [rank, reach.entered_to, reach.ended_to, reach.as_of]
@@ -252,7 +252,10 @@ class ShardComm:
                 {int(rank): int(ns) for rank, ns in end},
                 bool(inferred),
             )
-        shard.handed = {int(seq): int(known) for seq, known in state["handed"]}
+        if "handed_runs" in state:
+            shard.handed = handed_of_runs(state["handed_runs"])
+        else:  # the first format: one pair a seq
+            shard.handed = {int(seq): int(known) for seq, known in state["handed"]}
         shard.floor = int(state["floor"])
         shard.through = {
             int(rank): Reach(int(entered), int(ended), int(as_of))
@@ -407,3 +410,35 @@ def _picked(values: dict[int, int], members: tuple[int, ...]) -> tuple[int, ...]
         return (values[members[0]],)
     picked: tuple[int, ...] = itemgetter(*members)(values)
     return picked
+
+
+def handed_runs(handed: dict[int, int]) -> list[list[int]]:
+    """The operations a shard handed on as runs ``[first seq, count, members known]``, in
+    the order they were handed on: a snapshot's size stays that of the runs, not of the
+    up to `MAX_COMPLETED` operations a long-running job's shard remembers (they complete in
+    order, so a run is most of them)."""
+    runs: list[list[int]] = []
+    last_seq = last_known = -1
+    for seq, known in handed.items():
+        if runs and seq == last_seq + 1 and known == last_known:
+            runs[-1][1] += 1
+        else:
+            runs.append([seq, 1, known])
+        last_seq, last_known = seq, known
+    return runs
+
+
+def handed_of_runs(runs: list[Any]) -> dict[int, int]:
+    """The handed-on operations that `handed_runs` wrote, in their order; a `ValueError`
+    for more than a shard keeps (not a snapshot of ours)."""
+    handed: dict[int, int] = {}
+    total = 0
+    for first, count, known in runs:
+        total += int(count)
+        if total > MAX_COMPLETED:
+            message = f"a shard's snapshot hands on more than {MAX_COMPLETED} operations"
+            raise ValueError(message)
+        first, known = int(first), int(known)
+        for seq in range(first, first + int(count)):
+            handed[seq] = known
+    return handed

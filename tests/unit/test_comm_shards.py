@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
 import pytest
 
 from schemas.base import C4Model
@@ -13,7 +14,7 @@ from schemas.messages import Collective, Collectives
 from simulator.cluster import build_cluster
 from simulator.run import simulate_cluster
 from simulator.scenario import FAULT_TYPES, scenario_from
-from streams.core.comm import CommTracker
+from streams.core.comm import MAX_COMPLETED, CommTracker
 from streams.core.params import DetectorParams
 from streams.core.shard import SeqMerge, ShardComm
 from tests.unit.suite_cases import suite_case
@@ -144,3 +145,48 @@ def test_a_member_that_joins_later_hands_on_its_own_part() -> None:
     merge.add(late)
     assert tracker.ops_seen == 1
     assert tracker.spans.median() == 4
+
+
+def _handed_in_order(count: int) -> ShardComm:
+    """A shard of two members that handed on ``count`` operations, then one more with a
+    third member that joined."""
+    shard = ShardComm("c", 3)
+    for seq in range(count):
+        ts = 10 * (seq + 1)
+        for rank in (0, 1):
+            shard.ingest(rank, ts, (seq,), ("allreduce",), (8,), (ts,), (ts + 5,))
+    ts = 10 * (count + 1)
+    for rank in (0, 1, 2):
+        shard.ingest(rank, ts, (count,), ("allreduce",), (8,), (ts,), (ts + 5,))
+    shard.drain()
+    return shard
+
+
+def test_a_shards_snapshot_keeps_what_it_handed_on_as_runs_not_one_entry_each() -> None:
+    shard = _handed_in_order(MAX_COMPLETED + 100)
+    state = shard.state()
+    # Bounded at MAX_COMPLETED in memory; in the snapshot, one run per members-known count.
+    assert len(shard.handed) == MAX_COMPLETED
+    assert state["handed_runs"] == [[101, MAX_COMPLETED - 1, 2], [MAX_COMPLETED + 100, 1, 3]]
+    restored = ShardComm.restored(orjson.loads(orjson.dumps(state)))
+    assert list(restored.handed.items()) == list(shard.handed.items())  # the order too
+    assert restored.floor == shard.floor == 101
+    # The restored shard drops a re-report of a handed-on operation as the first one does.
+    for each in (shard, restored):
+        each.ingest(0, 5, (MAX_COMPLETED,), ("allreduce",), (8,), (1,), (2,))
+        assert each.drain() == []
+
+
+def test_a_shards_snapshot_of_the_first_format_is_still_read() -> None:
+    shard = _handed_in_order(5)
+    state = shard.state()
+    first_format = {key: value for key, value in state.items() if key != "handed_runs"}
+    first_format["handed"] = [[seq, known] for seq, known in shard.handed.items()]
+    assert ShardComm.restored(first_format).handed == shard.handed
+
+
+def test_a_shards_snapshot_handing_on_more_than_a_shard_keeps_is_refused() -> None:
+    state = _handed_in_order(5).state()
+    state["handed_runs"] = [[0, 10**12, 2]]
+    with pytest.raises(ValueError, match="more than"):
+        ShardComm.restored(state)
