@@ -72,6 +72,9 @@ class Drained:
     seconds: float
     peak_mib: float  # the largest worker's
     job_cpu_share: float  # the worker that holds the job's collective partition
+    # ops/s over each fifth of the job's operations: a drain's first seconds are no steady
+    # state (a 2,048-rank job drained at 86k ops/s over 20 s of event time, 48k over 120 s)
+    fifths: tuple[float, ...]
 
 
 def simulate_job(work: Path, ranks: int, duration_s: float, node_batches: bool) -> Simulated:
@@ -167,7 +170,20 @@ def drain(tree: Path, job: Simulated, work: Path, workers: int, split: bool = Fa
     spent = [after - before for before, after in zip(start[3], end[3], strict=True)]
     job_worker = max(range(workers), key=lambda index: end[2][index])
     share = spent[job_worker] / max(sum(spent), 1e-9)
-    return Drained((high - low) / max(end[0] - start[0], 1e-9), end[0] - start[0], peak, share)
+    rate = (high - low) / max(end[0] - start[0], 1e-9)
+    return Drained(rate, end[0] - start[0], peak, share, _fifths(marks, job.operations))
+
+
+def _fifths(
+    marks: list[tuple[float, float, list[float], list[float]]], total: int
+) -> tuple[float, ...]:
+    """The drain's rate over each fifth of the operations (from the counters' samples)."""
+    bounds = [next(mark for mark in marks if mark[1] >= total * k / 5) for k in range(5)]
+    bounds.append(marks[-1])
+    return tuple(
+        (after[1] - before[1]) / max(after[0] - before[0], 1e-9)
+        for before, after in zip(bounds, bounds[1:], strict=False)
+    )
 
 
 def start_workers(
@@ -277,7 +293,7 @@ def main() -> int:
     print(
         f"{'ranks':>6} {'hardware':>8} {'records':>8} {'ops':>10} {'ops/rank/s':>10} "
         f"{'tree':<18} {'workers':>7} {'ops/s':>9} {'drain s':>8} {'peak MiB':>9} "
-        f"{'job CPU':>8} {'keeps up':>8} {'largest job':>12}"
+        f"{'job CPU':>8} {'keeps up':>8} {'largest job':>12}  ops/s by fifth (first run)"
     )
     for ranks in sizes:
         batched = simulate_job(work, ranks, args.duration_s, node_batches=True)
@@ -311,7 +327,8 @@ def main() -> int:
             print(
                 f"{ranks:>6} {hardware:>8} {len(job.records):>8,} {job.operations:>10,} "
                 f"{per_rank:>10.1f} {label:<18} {workers:>7} {rate:>9,.0f} {seconds:>8.1f} "
-                f"{peak:>9.0f} {share:>8.0%} {keeps:>8} {rate / per_rank:>12,.0f}",
+                f"{peak:>9.0f} {share:>8.0%} {keeps:>8} {rate / per_rank:>12,.0f}  "
+                + " ".join(f"{fifth / 1000:.0f}k" for fifth in runs[0].fifths),
                 flush=True,
             )
     print(
@@ -319,7 +336,9 @@ def main() -> int:
         " batches) or one record each; ops/s: the workers' operations counters over 10%-90%"
         " of the job's operations; job CPU: the share of the workers' CPU time (10%-90%) that"
         " the worker holding the job's collective partition took; keeps up: ops/s >= the"
-        " job's offered rate (ops/rank/s x ranks); largest job: ops/s / (ops/rank/s), in ranks"
+        " job's offered rate (ops/rank/s x ranks); largest job: ops/s / (ops/rank/s), in"
+        " ranks; by fifth: ops/s over each fifth of the job's operations (the first fifth"
+        " includes the wait for the first records)"
     )
     print(f"load average {os.getloadavg()[0]:.1f} at the end; logs: {work}", file=sys.stderr)
     return 0
