@@ -171,10 +171,15 @@ def test_a_shards_snapshot_keeps_what_it_handed_on_as_runs_not_one_entry_each() 
     restored = ShardComm.restored(orjson.loads(orjson.dumps(state)))
     assert list(restored.handed.items()) == list(shard.handed.items())  # the order too
     assert restored.floor == shard.floor == 101
-    # The restored shard drops a re-report of a handed-on operation as the first one does.
+    # The restored shard drops a re-report of a handed-on operation as the first one does:
+    # not opened again (a shard that forgot it would wait there for the other members).
     for each in (shard, restored):
         each.ingest(0, 5, (MAX_COMPLETED,), ("allreduce",), (8,), (1,), (2,))
+        assert MAX_COMPLETED not in each.open
         assert each.drain() == []
+    forgetful = ShardComm.restored({**state, "handed_runs": []})
+    forgetful.ingest(0, 5, (MAX_COMPLETED,), ("allreduce",), (8,), (1,), (2,))
+    assert MAX_COMPLETED in forgetful.open
 
 
 def test_a_shards_snapshot_of_the_first_format_is_still_read() -> None:
