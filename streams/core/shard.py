@@ -430,15 +430,17 @@ def handed_runs(handed: dict[int, int]) -> list[list[int]]:
 
 def handed_of_runs(runs: list[Any]) -> dict[int, int]:
     """The handed-on operations that `handed_runs` wrote, in their order; a `ValueError`
-    for more than a shard keeps (not a snapshot of ours)."""
+    for an empty run or more than a shard keeps (not a snapshot of ours)."""
     handed: dict[int, int] = {}
     total = 0
     for first, count, known in runs:
-        total += int(count)
-        if total > MAX_COMPLETED:
-            message = f"a shard's snapshot hands on more than {MAX_COMPLETED} operations"
+        count = int(count)
+        total += count
+        # A run of none (or fewer) would let the runs after it pass the bound.
+        if count < 1 or total > MAX_COMPLETED:
+            message = f"a shard's snapshot hands on runs {count} long, {total} in all"
             raise ValueError(message)
         first, known = int(first), int(known)
-        for seq in range(first, first + int(count)):
+        for seq in range(first, first + count):
             handed[seq] = known
     return handed

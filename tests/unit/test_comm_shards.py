@@ -193,5 +193,9 @@ def test_a_shards_snapshot_of_the_first_format_is_still_read() -> None:
 def test_a_shards_snapshot_handing_on_more_than_a_shard_keeps_is_refused() -> None:
     state = _handed_in_order(5).state()
     state["handed_runs"] = [[0, 10**12, 2]]
-    with pytest.raises(ValueError, match="more than"):
+    with pytest.raises(ValueError, match="in all"):
+        ShardComm.restored(state)
+    # A negative run must not make room for a huge one after it.
+    state["handed_runs"] = [[0, -(10**12), 2], [0, 10**12, 2]]
+    with pytest.raises(ValueError, match="-1000000000000 long"):
         ShardComm.restored(state)
