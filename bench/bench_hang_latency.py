@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-from bench_live_job import cpu_seconds, delete_topics, start_workers, wait_assigned
+from bench_live_job import cpu_seconds, start_workers, wait_assigned
+from bench_load import clean_up
 from bench_replay_scale import data_parallel
 from bench_streams import BOOTSTRAP, REPO, metric, producer, send
 from confluent_kafka import Consumer
@@ -234,7 +235,7 @@ def paced_run(job: Scenario, workers: int, rate: float, work: Path, split: bool 
             process.terminate()
         for process in processes:
             process.wait(60)
-        delete_topics((prefix, app_id))
+        clean_up(prefix, app_id)
     job_worker = max(range(workers), key=lambda index: counts[index])
     share = cpu[job_worker] / max(sum(cpu), 1e-9)
     hangs = []

@@ -30,6 +30,7 @@ With ``--split`` the batched job is also drained by split workers (`c4 streams w
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import subprocess
@@ -42,10 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+from bench_load import clean_up
 from bench_replay import export
 from bench_replay_scale import build_baseline, data_parallel
 from bench_streams import BOOTSTRAP, REPO, free_port, metric, peak_rss_mib, producer, send
-from confluent_kafka.admin import AdminClient
 
 from schemas.topics import TOPICS_BY_KIND
 from streams.core import native
@@ -72,9 +73,9 @@ class Drained:
     seconds: float
     peak_mib: float  # the largest worker's
     job_cpu_share: float  # the worker that holds the job's collective partition
-    # ops/s over each fifth of the job's operations: a drain's first seconds are no steady
-    # state (a 2,048-rank job drained at 86k ops/s over 20 s of event time, 48k over 120 s)
-    fifths: tuple[float, ...]
+    # ops/s over each fifth of the job's operations: while the producer writes a long job,
+    # it and the broker take the second core, so the first fifths are no steady state
+    fifths: tuple[float | None, ...]
 
 
 def simulate_job(work: Path, ranks: int, duration_s: float, node_batches: bool) -> Simulated:
@@ -160,7 +161,7 @@ def drain(tree: Path, job: Simulated, work: Path, workers: int, split: bool = Fa
             process.terminate()
         for process in processes:
             process.wait(60)
-        delete_topics((prefix, app_id))
+        clean_up(prefix, app_id)  # thousands of partitions left slow the broker's start
     if count < job.operations:
         message = f"the workers took {count:.0f} of {job.operations} operations in 30 minutes"
         raise RuntimeError(message)
@@ -176,13 +177,14 @@ def drain(tree: Path, job: Simulated, work: Path, workers: int, split: bool = Fa
 
 def _fifths(
     marks: list[tuple[float, float, list[float], list[float]]], total: int
-) -> tuple[float, ...]:
-    """The drain's rate over each fifth of the operations (from the counters' samples)."""
+) -> tuple[float | None, ...]:
+    """The drain's rate over each fifth of the operations (from the counters' samples, every
+    0.2 s); None for a fifth taken within one sample (a small job)."""
     bounds = [next(mark for mark in marks if mark[1] >= total * k / 5) for k in range(5)]
     bounds.append(marks[-1])
     return tuple(
-        (after[1] - before[1]) / max(after[0] - before[0], 1e-9)
-        for before, after in zip(bounds, bounds[1:], strict=False)
+        (after[1] - before[1]) / (after[0] - before[0]) if after[0] > before[0] else None
+        for before, after in itertools.pairwise(bounds)
     )
 
 
@@ -217,15 +219,6 @@ def start_workers(
                 subprocess.Popen(argv, env=env, cwd=tree, stdout=out, stderr=out)  # noqa: S603
             )
     return ports, processes, app_id
-
-
-def delete_topics(prefixes: tuple[str, ...]) -> None:
-    """Delete a run's topics: the broker keeps every one until deleted, and thousands of
-    partitions left by earlier runs make its next start recover each one's log."""
-    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
-    names = [name for name in admin.list_topics(timeout=30).topics if name.startswith(prefixes)]
-    for future in admin.delete_topics(names, operation_timeout=60).values() if names else []:
-        future.result(90)
 
 
 def wait_assigned(ports: list[int], processes: list[subprocess.Popen[bytes]]) -> None:
@@ -328,7 +321,7 @@ def main() -> int:
                 f"{ranks:>6} {hardware:>8} {len(job.records):>8,} {job.operations:>10,} "
                 f"{per_rank:>10.1f} {label:<18} {workers:>7} {rate:>9,.0f} {seconds:>8.1f} "
                 f"{peak:>9.0f} {share:>8.0%} {keeps:>8} {rate / per_rank:>12,.0f}  "
-                + " ".join(f"{fifth / 1000:.0f}k" for fifth in runs[0].fifths),
+                + " ".join("-" if f is None else f"{f / 1000:.0f}k" for f in runs[0].fifths),
                 flush=True,
             )
     print(
